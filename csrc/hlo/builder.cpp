@@ -1,0 +1,727 @@
+#include "hlo/builder.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+namespace torch_tpu::hlo {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::invalid_argument("StableHLO builder: " + what);
+}
+
+std::string join(const Dims& values, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += sep;
+    out += std::to_string(values[i]);
+  }
+  return out;
+}
+
+std::string types_of(const std::vector<Value>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ", ";
+    out += values[i].shape.mlir();
+  }
+  return out;
+}
+
+std::string names_of(const std::vector<Value>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ", ";
+    out += values[i].name();
+  }
+  return out;
+}
+
+std::string shapes_text(const std::vector<Shape>& shapes) {
+  std::string out;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (i) out += ", ";
+    out += shapes[i].mlir();
+  }
+  return out;
+}
+
+void check_same_shape(const Value& a, const Value& b, const char* op) {
+  if (a.shape != b.shape) {
+    fail(std::string(op) + " operands differ: " + to_string(a.shape) + " vs " +
+         to_string(b.shape));
+  }
+}
+
+Shape scalar_of(ElementType t) { return Shape{t, {}}; }
+
+// Output extent of a window sliding over a (dilated, padded) dimension.
+int64_t window_output(int64_t in, int64_t window, int64_t stride,
+                      int64_t base_dilation, int64_t window_dilation,
+                      int64_t lo, int64_t hi) {
+  int64_t dilated = in == 0 ? 0 : (in - 1) * base_dilation + 1;
+  int64_t padded = dilated + lo + hi;
+  int64_t effective = (window - 1) * window_dilation + 1;
+  if (padded < effective) return 0;
+  return (padded - effective) / stride + 1;
+}
+
+Dims ones(size_t n) { return Dims(n, 1); }
+
+std::string precision_attr(Precision p, int operands) {
+  const char* name = p == Precision::Highest ? "HIGHEST"
+                     : p == Precision::High  ? "HIGH"
+                                             : "DEFAULT";
+  std::string out = "precision_config = [";
+  for (int i = 0; i < operands; ++i) {
+    if (i) out += ", ";
+    out += std::string("#stablehlo<precision ") + name + ">";
+  }
+  return out + "]";
+}
+
+std::string hex_float(double value, ElementType type) {
+  char buf[32];
+  if (type == ElementType::F64) {
+    uint64_t bits;
+    std::memcpy(&bits, &value, 8);
+    std::snprintf(buf, sizeof(buf), "0x%016" PRIX64, bits);
+  } else {
+    float f = static_cast<float>(value);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    std::snprintf(buf, sizeof(buf), "0x%08" PRIX32, bits);
+  }
+  return buf;
+}
+
+}  // namespace
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+std::string Shape::mlir() const {
+  std::string out = "tensor<";
+  for (int64_t d : dims) out += std::to_string(d) + "x";
+  return out + mlir_name(type) + ">";
+}
+
+std::string to_string(const Shape& shape) {
+  return std::string(short_name(shape.type)) + "[" + join(shape.dims, ",") + "]";
+}
+
+std::string Value::name() const {
+  // Parameters carry negative ids: -1 is %arg0.
+  std::string n = id < 0 ? "%arg" + std::to_string(-id - 1) : "%v" + std::to_string(id);
+  if (result >= 0) n += "#" + std::to_string(result);
+  return n;
+}
+
+std::string i64_array(const Dims& values) {
+  return values.empty() ? "array<i64>" : "array<i64: " + join(values, ", ") + ">";
+}
+
+std::string i64_list(const Dims& values) { return "[" + join(values, ", ") + "]"; }
+
+std::string padding_attr(const std::vector<std::pair<int64_t, int64_t>>& p) {
+  std::string out = "dense<";
+  if (p.empty()) return "dense<> : tensor<0x2xi64>";
+  out += "[";
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (i) out += ", ";
+    out += "[" + std::to_string(p[i].first) + ", " + std::to_string(p[i].second) + "]";
+  }
+  return out + "]> : tensor<" + std::to_string(p.size()) + "x2xi64>";
+}
+
+// ------------------------------------------------------------------ program
+
+Value Builder::parameter(const Shape& shape) {
+  params_.push_back(shape);
+  Value v;
+  v.id = -static_cast<int>(params_.size());
+  v.shape = shape;
+  return v;
+}
+
+void Builder::alias_output(int param, int result) {
+  aliases_.emplace_back(param, result);
+}
+
+std::string Builder::module_text(const std::vector<Value>& results) const {
+  std::ostringstream s;
+  s << "module @torch_tpu {\n  func.func public @main(";
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (i) s << ", ";
+    s << "%arg" << i << ": " << params_[i].mlir();
+    for (auto [param, result] : aliases_) {
+      if (param == static_cast<int>(i)) {
+        s << " {tf.aliasing_output = " << result << " : i32}";
+      }
+    }
+  }
+  s << ") -> (" << types_of(results) << ") {\n" << body_;
+  s << "    \"func.return\"(" << names_of(results) << ") : (" << types_of(results)
+    << ") -> ()\n  }\n}\n";
+  return s.str();
+}
+
+// ------------------------------------------------------------------ emission
+
+std::vector<Value> Builder::emit(const std::string& op,
+                                 const std::vector<Value>& operands,
+                                 const std::string& attributes,
+                                 const std::vector<Shape>& results,
+                                 const std::vector<std::string>& regions) {
+  int id = next_id_++;
+  std::string line(indent_, ' ');
+  line += "%v" + std::to_string(id);
+  if (results.size() != 1) line += ":" + std::to_string(results.size());
+  line += " = \"" + op + "\"(" + names_of(operands) + ")";
+  if (!regions.empty()) {
+    line += " (";
+    for (size_t i = 0; i < regions.size(); ++i) {
+      if (i) line += ", ";
+      line += regions[i];
+    }
+    line += ")";
+  }
+  if (!attributes.empty()) line += " {" + attributes + "}";
+  line += " : (" + types_of(operands) + ") -> ";
+  line += results.size() == 1 ? results[0].mlir() : "(" + shapes_text(results) + ")";
+  *out_ += line + "\n";
+
+  std::vector<Value> values(results.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    values[i].id = id;
+    values[i].result = results.size() == 1 ? -1 : static_cast<int>(i);
+    values[i].shape = results[i];
+  }
+  return values;
+}
+
+Value Builder::emit1(const std::string& op, const std::vector<Value>& operands,
+                     const std::string& attributes, const Shape& result,
+                     const std::vector<std::string>& regions) {
+  return emit(op, operands, attributes, {result}, regions)[0];
+}
+
+std::string Builder::region(const std::vector<Shape>& args,
+                            const RegionFn& body) {
+  std::string text;
+  std::string* saved_out = out_;
+  int saved_indent = indent_;
+  out_ = &text;
+  indent_ = saved_indent + 4;
+  std::vector<Value> block_args;
+  std::string header = std::string(saved_indent + 2, ' ') + "^bb0(";
+  for (size_t i = 0; i < args.size(); ++i) {
+    Value v;
+    v.id = next_id_++;
+    v.shape = args[i];
+    block_args.push_back(v);
+    if (i) header += ", ";
+    header += v.name() + ": " + args[i].mlir();
+  }
+  header += "):\n";
+  std::vector<Value> yielded;
+  try {
+    yielded = body(*this, block_args);
+  } catch (...) {
+    out_ = saved_out;
+    indent_ = saved_indent;
+    throw;
+  }
+  text += std::string(indent_, ' ') + "\"stablehlo.return\"(" + names_of(yielded) +
+          ") : (" + types_of(yielded) + ") -> ()\n";
+  out_ = saved_out;
+  indent_ = saved_indent;
+  return "{\n" + header + text + std::string(saved_indent, ' ') + "}";
+}
+
+// ------------------------------------------------------------------ constants
+
+Value Builder::constant(double value, ElementType type) {
+  if (type == ElementType::F16 || type == ElementType::BF16) {
+    return convert(constant(value, ElementType::F32), type);
+  }
+  if (is_complex(type)) {
+    ElementType part = complex_component(type);
+    return complex(constant(value, part), constant(0.0, part));
+  }
+  if (type == ElementType::Pred) return constant_bool(value != 0);
+  if (is_integral(type)) return constant_int(static_cast<int64_t>(value), type);
+  Shape shape = scalar_of(type);
+  return emit1("stablehlo.constant", {},
+               "value = dense<" + hex_float(value, type) + "> : " + shape.mlir(),
+               shape);
+}
+
+Value Builder::constant_int(int64_t value, ElementType type) {
+  if (!is_integral(type)) return constant(static_cast<double>(value), type);
+  Shape shape = scalar_of(type);
+  std::string text = is_unsigned(type)
+                         ? std::to_string(static_cast<uint64_t>(value))
+                         : std::to_string(value);
+  return emit1("stablehlo.constant", {},
+               "value = dense<" + text + "> : " + shape.mlir(), shape);
+}
+
+Value Builder::constant_bool(bool value) {
+  Shape shape = scalar_of(ElementType::Pred);
+  return emit1("stablehlo.constant", {},
+               std::string("value = dense<") + (value ? "true" : "false") +
+                   "> : " + shape.mlir(),
+               shape);
+}
+
+Value Builder::full(const Shape& shape, double value) {
+  Value scalar = constant(value, shape.type);
+  if (shape.dims.empty()) return scalar;
+  return broadcast_in_dim(scalar, shape.dims, {});
+}
+
+Value Builder::iota(const Shape& shape, int64_t dimension) {
+  if (dimension < 0 || dimension >= shape.rank()) fail("iota dimension out of range");
+  return emit1("stablehlo.iota", {},
+               "iota_dimension = " + std::to_string(dimension) + " : i64", shape);
+}
+
+// ------------------------------------------------------------------ elementwise
+
+Value Builder::unary(const char* op, const Value& x,
+                     std::optional<ElementType> result_type) {
+  Shape shape = x.shape;
+  if (result_type) shape.type = *result_type;
+  return emit1(std::string("stablehlo.") + op, {x}, "", shape);
+}
+
+Value Builder::binary(const char* op, const Value& a, const Value& b) {
+  check_same_shape(a, b, op);
+  return emit1(std::string("stablehlo.") + op, {a, b}, "", a.shape);
+}
+
+Value Builder::abs(const Value& x) {
+  return unary("abs", x, complex_component(x.type()));
+}
+
+Value Builder::compare(const Value& a, const Value& b, Comparison direction) {
+  check_same_shape(a, b, "compare");
+  static const char* names[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
+  std::string attrs = std::string("comparison_direction = #stablehlo<comparison_direction ") +
+                      names[static_cast<int>(direction)] + ">";
+  const char* compare_type = is_floating(a.type()) || is_complex(a.type()) ? "FLOAT"
+                             : is_unsigned(a.type()) || a.type() == ElementType::Pred
+                                 ? "UNSIGNED"
+                                 : "SIGNED";
+  attrs += std::string(", compare_type = #stablehlo<comparison_type ") + compare_type + ">";
+  return emit1("stablehlo.compare", {a, b}, attrs,
+               Shape{ElementType::Pred, a.dims()});
+}
+
+Value Builder::select(const Value& pred, const Value& on_true,
+                      const Value& on_false) {
+  check_same_shape(on_true, on_false, "select");
+  if (pred.type() != ElementType::Pred) fail("select predicate must be pred");
+  if (pred.rank() != 0 && pred.dims() != on_true.dims()) fail("select predicate shape");
+  return emit1("stablehlo.select", {pred, on_true, on_false}, "", on_true.shape);
+}
+
+Value Builder::clamp(const Value& lo, const Value& x, const Value& hi) {
+  return emit1("stablehlo.clamp", {lo, x, hi}, "", x.shape);
+}
+
+Value Builder::convert(const Value& x, ElementType type) {
+  if (x.type() == type) return x;
+  return emit1("stablehlo.convert", {x}, "", Shape{type, x.dims()});
+}
+
+Value Builder::bitcast_convert(const Value& x, ElementType type) {
+  if (x.type() == type) return x;
+  if (element_size(x.type()) != element_size(type)) {
+    fail("bitcast_convert between types of different widths");
+  }
+  return emit1("stablehlo.bitcast_convert", {x}, "", Shape{type, x.dims()});
+}
+
+Value Builder::complex(const Value& real, const Value& imag) {
+  check_same_shape(real, imag, "complex");
+  return emit1("stablehlo.complex", {real, imag}, "",
+               Shape{to_complex(real.type()), real.dims()});
+}
+
+Value Builder::real(const Value& x) {
+  return unary("real", x, complex_component(x.type()));
+}
+
+Value Builder::imag(const Value& x) {
+  return unary("imag", x, complex_component(x.type()));
+}
+
+// ------------------------------------------------------------------ shapes
+
+Value Builder::reshape(const Value& x, const Dims& dims) {
+  Shape shape{x.type(), dims};
+  if (shape.numel() != x.shape.numel()) {
+    fail("reshape " + to_string(x.shape) + " to " + to_string(shape));
+  }
+  if (dims == x.dims()) return x;
+  return emit1("stablehlo.reshape", {x}, "", shape);
+}
+
+Value Builder::broadcast_in_dim(const Value& x, const Dims& dims,
+                                const Dims& broadcast_dimensions) {
+  if (static_cast<int64_t>(broadcast_dimensions.size()) != x.rank()) {
+    fail("broadcast_in_dim needs one target dimension per operand dimension");
+  }
+  for (size_t i = 0; i < broadcast_dimensions.size(); ++i) {
+    int64_t d = broadcast_dimensions[i];
+    if (d < 0 || d >= static_cast<int64_t>(dims.size()) ||
+        (x.dims()[i] != 1 && x.dims()[i] != dims[d])) {
+      fail("broadcast_in_dim of " + to_string(x.shape) + " to [" + join(dims, ",") +
+           "] along " + i64_list(broadcast_dimensions));
+    }
+  }
+  if (dims == x.dims()) {
+    bool identity = true;
+    for (size_t i = 0; i < broadcast_dimensions.size(); ++i) {
+      identity &= broadcast_dimensions[i] == static_cast<int64_t>(i);
+    }
+    if (identity) return x;
+  }
+  return emit1("stablehlo.broadcast_in_dim", {x},
+               "broadcast_dimensions = " + i64_array(broadcast_dimensions),
+               Shape{x.type(), dims});
+}
+
+Value Builder::transpose(const Value& x, const Dims& permutation) {
+  if (static_cast<int64_t>(permutation.size()) != x.rank()) fail("transpose permutation");
+  Dims dims(permutation.size());
+  bool identity = true;
+  for (size_t i = 0; i < permutation.size(); ++i) {
+    dims[i] = x.dim(permutation[i]);
+    identity &= permutation[i] == static_cast<int64_t>(i);
+  }
+  if (identity) return x;
+  return emit1("stablehlo.transpose", {x}, "permutation = " + i64_array(permutation),
+               Shape{x.type(), dims});
+}
+
+Value Builder::slice(const Value& x, const Dims& start, const Dims& limit,
+                     const Dims& strides) {
+  if (static_cast<int64_t>(start.size()) != x.rank() || limit.size() != start.size() ||
+      strides.size() != start.size()) {
+    fail("slice indices do not match the operand rank");
+  }
+  Dims dims(start.size());
+  for (size_t i = 0; i < start.size(); ++i) {
+    if (start[i] < 0 || limit[i] > x.dims()[i] || start[i] > limit[i] || strides[i] < 1) {
+      fail("slice out of bounds on " + to_string(x.shape));
+    }
+    dims[i] = (limit[i] - start[i] + strides[i] - 1) / strides[i];
+  }
+  if (dims == x.dims()) return x;
+  return emit1("stablehlo.slice", {x},
+               "start_indices = " + i64_array(start) +
+                   ", limit_indices = " + i64_array(limit) +
+                   ", strides = " + i64_array(strides),
+               Shape{x.type(), dims});
+}
+
+Value Builder::dynamic_slice(const Value& x, const std::vector<Value>& starts,
+                             const Dims& sizes) {
+  if (static_cast<int64_t>(starts.size()) != x.rank() || sizes.size() != starts.size()) {
+    fail("dynamic_slice indices do not match the operand rank");
+  }
+  std::vector<Value> operands{x};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return emit1("stablehlo.dynamic_slice", operands, "slice_sizes = " + i64_array(sizes),
+               Shape{x.type(), sizes});
+}
+
+Value Builder::dynamic_update_slice(const Value& x, const Value& update,
+                                    const std::vector<Value>& starts) {
+  if (static_cast<int64_t>(starts.size()) != x.rank() || update.rank() != x.rank() ||
+      update.type() != x.type()) {
+    fail("dynamic_update_slice operands");
+  }
+  std::vector<Value> operands{x, update};
+  operands.insert(operands.end(), starts.begin(), starts.end());
+  return emit1("stablehlo.dynamic_update_slice", operands, "", x.shape);
+}
+
+Value Builder::concatenate(const std::vector<Value>& xs, int64_t dimension) {
+  if (xs.empty()) fail("concatenate of nothing");
+  if (xs.size() == 1) return xs[0];
+  Shape shape = xs[0].shape;
+  shape.dims[dimension] = 0;
+  for (const Value& x : xs) {
+    if (x.rank() != shape.rank() || x.type() != shape.type) fail("concatenate operands");
+    shape.dims[dimension] += x.dim(dimension);
+  }
+  return emit1("stablehlo.concatenate", xs,
+               "dimension = " + std::to_string(dimension) + " : i64", shape);
+}
+
+Value Builder::pad(const Value& x, const Value& padding_value, const Dims& low,
+                   const Dims& high, const Dims& interior) {
+  Dims dims(x.rank());
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    int64_t n = x.dim(i);
+    dims[i] = low[i] + high[i] + n + (n > 0 ? (n - 1) * interior[i] : 0);
+    if (dims[i] < 0) fail("pad produces a negative dimension");
+  }
+  return emit1("stablehlo.pad", {x, padding_value},
+               "edge_padding_low = " + i64_array(low) +
+                   ", edge_padding_high = " + i64_array(high) +
+                   ", interior_padding = " + i64_array(interior),
+               Shape{x.type(), dims});
+}
+
+Value Builder::reverse(const Value& x, const Dims& dimensions) {
+  if (dimensions.empty()) return x;
+  return emit1("stablehlo.reverse", {x}, "dimensions = " + i64_array(dimensions),
+               x.shape);
+}
+
+// ------------------------------------------------------------------ reductions
+
+std::vector<Value> Builder::reduce(const std::vector<Value>& inputs,
+                                   const std::vector<Value>& inits,
+                                   const Dims& dimensions, const RegionFn& body) {
+  if (inputs.size() != inits.size() || inputs.empty()) fail("reduce operands");
+  std::vector<bool> reduced(inputs[0].rank(), false);
+  for (int64_t d : dimensions) {
+    if (d < 0 || d >= inputs[0].rank() || reduced[d]) fail("reduce dimensions");
+    reduced[d] = true;
+  }
+  Dims out_dims;
+  for (int64_t i = 0; i < inputs[0].rank(); ++i) {
+    if (!reduced[i]) out_dims.push_back(inputs[0].dim(i));
+  }
+  std::vector<Shape> args, results;
+  for (const Value& init : inits) args.push_back(init.shape);
+  for (const Value& init : inits) args.push_back(init.shape);
+  for (const Value& init : inits) results.push_back(Shape{init.type(), out_dims});
+  std::vector<Value> operands = inputs;
+  operands.insert(operands.end(), inits.begin(), inits.end());
+  std::string body_text = region(args, body);
+  return emit("stablehlo.reduce", operands, "dimensions = " + i64_array(dimensions),
+              results, {body_text});
+}
+
+std::vector<Value> Builder::reduce_window(const std::vector<Value>& inputs,
+                                          const std::vector<Value>& inits,
+                                          const Window& window,
+                                          const RegionFn& body) {
+  if (inputs.size() != inits.size() || inputs.empty()) fail("reduce_window operands");
+  size_t rank = inputs[0].rank();
+  Dims strides = window.strides.empty() ? ones(rank) : window.strides;
+  Dims base = window.base_dilations.empty() ? ones(rank) : window.base_dilations;
+  Dims wdil = window.window_dilations.empty() ? ones(rank) : window.window_dilations;
+  auto padding = window.padding;
+  if (padding.empty()) padding.assign(rank, {0, 0});
+  Dims out_dims(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    out_dims[i] = window_output(inputs[0].dim(i), window.dimensions[i], strides[i],
+                                base[i], wdil[i], padding[i].first, padding[i].second);
+  }
+  std::vector<Shape> args, results;
+  for (const Value& init : inits) args.push_back(init.shape);
+  for (const Value& init : inits) args.push_back(init.shape);
+  for (const Value& init : inits) results.push_back(Shape{init.type(), out_dims});
+  std::vector<Value> operands = inputs;
+  operands.insert(operands.end(), inits.begin(), inits.end());
+  std::string attrs = "window_dimensions = " + i64_array(window.dimensions) +
+                      ", window_strides = " + i64_array(strides) +
+                      ", base_dilations = " + i64_array(base) +
+                      ", window_dilations = " + i64_array(wdil) +
+                      ", padding = " + padding_attr(padding);
+  std::string body_text = region(args, body);
+  return emit("stablehlo.reduce_window", operands, attrs, results, {body_text});
+}
+
+Value Builder::select_and_scatter(const Value& operand, const Value& source,
+                                  const Value& init, const Window& window,
+                                  const RegionFn& select, const RegionFn& scatter) {
+  size_t rank = operand.rank();
+  Dims strides = window.strides.empty() ? ones(rank) : window.strides;
+  auto padding = window.padding;
+  if (padding.empty()) padding.assign(rank, {0, 0});
+  Shape elem{operand.type(), {}};
+  std::string select_text = region({elem, elem}, select);
+  std::string scatter_text = region({init.shape, init.shape}, scatter);
+  std::string attrs = "window_dimensions = " + i64_array(window.dimensions) +
+                      ", window_strides = " + i64_array(strides) +
+                      ", padding = " + padding_attr(padding);
+  return emit1("stablehlo.select_and_scatter", {operand, source, init}, attrs,
+               operand.shape, {select_text, scatter_text});
+}
+
+// ------------------------------------------------------------------ linalg
+
+Value Builder::dot_general(const Value& lhs, const Value& rhs, const DotDims& d,
+                           Precision precision, ElementType result_type) {
+  if (d.lhs_batch.size() != d.rhs_batch.size() ||
+      d.lhs_contract.size() != d.rhs_contract.size()) {
+    fail("dot_general dimension numbers");
+  }
+  Dims out;
+  for (size_t i = 0; i < d.lhs_batch.size(); ++i) {
+    if (lhs.dim(d.lhs_batch[i]) != rhs.dim(d.rhs_batch[i])) fail("dot_general batch sizes");
+    out.push_back(lhs.dim(d.lhs_batch[i]));
+  }
+  for (size_t i = 0; i < d.lhs_contract.size(); ++i) {
+    if (lhs.dim(d.lhs_contract[i]) != rhs.dim(d.rhs_contract[i])) {
+      fail("dot_general contracting sizes " + to_string(lhs.shape) + " x " +
+           to_string(rhs.shape));
+    }
+  }
+  auto free_dims = [&](const Value& v, const Dims& batch, const Dims& contract) {
+    for (int64_t i = 0; i < v.rank(); ++i) {
+      bool used = false;
+      for (int64_t b : batch) used |= b == i;
+      for (int64_t c : contract) used |= c == i;
+      if (!used) out.push_back(v.dim(i));
+    }
+  };
+  free_dims(lhs, d.lhs_batch, d.lhs_contract);
+  free_dims(rhs, d.rhs_batch, d.rhs_contract);
+  std::string attrs = "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " +
+                      i64_list(d.lhs_batch) +
+                      ", rhs_batching_dimensions = " + i64_list(d.rhs_batch) +
+                      ", lhs_contracting_dimensions = " + i64_list(d.lhs_contract) +
+                      ", rhs_contracting_dimensions = " + i64_list(d.rhs_contract) +
+                      ">, " + precision_attr(precision, 2);
+  return emit1("stablehlo.dot_general", {lhs, rhs}, attrs, Shape{result_type, out});
+}
+
+Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvDims& d,
+                           const ConvConfig& c, Precision precision,
+                           ElementType result_type) {
+  size_t spatial = d.input_spatial.size();
+  Dims strides = c.window_strides.empty() ? ones(spatial) : c.window_strides;
+  Dims lhs_dil = c.lhs_dilation.empty() ? ones(spatial) : c.lhs_dilation;
+  Dims rhs_dil = c.rhs_dilation.empty() ? ones(spatial) : c.rhs_dilation;
+  auto padding = c.padding;
+  if (padding.empty()) padding.assign(spatial, {0, 0});
+  Dims out(lhs.rank());
+  out[d.output_batch] = lhs.dim(d.input_batch) / c.batch_group_count;
+  out[d.output_feature] = rhs.dim(d.kernel_output_feature);
+  for (size_t i = 0; i < spatial; ++i) {
+    out[d.output_spatial[i]] =
+        window_output(lhs.dim(d.input_spatial[i]), rhs.dim(d.kernel_spatial[i]),
+                      strides[i], lhs_dil[i], rhs_dil[i], padding[i].first,
+                      padding[i].second);
+  }
+  std::string dims =
+      "#stablehlo.conv<raw input_batch_dimension = " + std::to_string(d.input_batch) +
+      ", input_feature_dimension = " + std::to_string(d.input_feature) +
+      ", input_spatial_dimensions = " + i64_list(d.input_spatial) +
+      ", kernel_input_feature_dimension = " + std::to_string(d.kernel_input_feature) +
+      ", kernel_output_feature_dimension = " + std::to_string(d.kernel_output_feature) +
+      ", kernel_spatial_dimensions = " + i64_list(d.kernel_spatial) +
+      ", output_batch_dimension = " + std::to_string(d.output_batch) +
+      ", output_feature_dimension = " + std::to_string(d.output_feature) +
+      ", output_spatial_dimensions = " + i64_list(d.output_spatial) + ">";
+  std::string attrs = "batch_group_count = " + std::to_string(c.batch_group_count) +
+                      " : i64, dimension_numbers = " + dims +
+                      ", feature_group_count = " + std::to_string(c.feature_group_count) +
+                      " : i64, lhs_dilation = " + i64_array(lhs_dil) +
+                      ", padding = " + padding_attr(padding) +
+                      ", rhs_dilation = " + i64_array(rhs_dil) +
+                      ", window_strides = " + i64_array(strides) + ", " +
+                      precision_attr(precision, 2);
+  return emit1("stablehlo.convolution", {lhs, rhs}, attrs, Shape{result_type, out});
+}
+
+// ------------------------------------------------------------------ indexing
+
+Value Builder::gather(const Value& operand, const Value& indices,
+                      const GatherDims& d, const Dims& slice_sizes) {
+  Dims batch;
+  for (int64_t i = 0; i < indices.rank(); ++i) {
+    if (i != d.index_vector_dim) batch.push_back(indices.dim(i));
+  }
+  Dims offsets;
+  for (int64_t i = 0; i < operand.rank(); ++i) {
+    bool collapsed = false;
+    for (int64_t c : d.collapsed_slice_dims) collapsed |= c == i;
+    if (!collapsed) offsets.push_back(slice_sizes[i]);
+  }
+  Dims out(batch.size() + offsets.size());
+  size_t next_batch = 0, next_offset = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    bool is_offset = false;
+    for (int64_t o : d.offset_dims) is_offset |= o == static_cast<int64_t>(i);
+    out[i] = is_offset ? offsets.at(next_offset++) : batch.at(next_batch++);
+  }
+  std::string attrs = "dimension_numbers = #stablehlo.gather<offset_dims = " +
+                      i64_list(d.offset_dims) +
+                      ", collapsed_slice_dims = " + i64_list(d.collapsed_slice_dims) +
+                      ", start_index_map = " + i64_list(d.start_index_map) +
+                      ", index_vector_dim = " + std::to_string(d.index_vector_dim) +
+                      ">, indices_are_sorted = false, slice_sizes = " +
+                      i64_array(slice_sizes);
+  return emit1("stablehlo.gather", {operand, indices}, attrs,
+               Shape{operand.type(), out});
+}
+
+Value Builder::scatter(const Value& operand, const Value& indices,
+                       const Value& updates, const ScatterDims& d,
+                       const RegionFn& update) {
+  Shape elem{operand.type(), {}};
+  std::string update_text = region({elem, elem}, update);
+  std::string attrs =
+      "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<"
+      "update_window_dims = " + i64_list(d.update_window_dims) +
+      ", inserted_window_dims = " + i64_list(d.inserted_window_dims) +
+      ", scatter_dims_to_operand_dims = " + i64_list(d.scatter_dims_to_operand_dims) +
+      ", index_vector_dim = " + std::to_string(d.index_vector_dim) +
+      ">, unique_indices = false";
+  return emit1("stablehlo.scatter", {operand, indices, updates}, attrs, operand.shape,
+               {update_text});
+}
+
+// ------------------------------------------------------------------ misc
+
+std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dimension,
+                                 bool stable, const RegionFn& comparator) {
+  std::vector<Shape> args, results;
+  for (const Value& v : inputs) {
+    args.push_back(Shape{v.type(), {}});
+    args.push_back(Shape{v.type(), {}});
+    results.push_back(v.shape);
+  }
+  std::string text = region(args, comparator);
+  return emit("stablehlo.sort", inputs,
+              "dimension = " + std::to_string(dimension) +
+                  " : i64, is_stable = " + (stable ? "true" : "false"),
+              results, {text});
+}
+
+std::pair<Value, Value> Builder::rng_bit_generator(const Value& state,
+                                                   const Shape& shape) {
+  auto values = emit("stablehlo.rng_bit_generator", {state},
+                     "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>",
+                     {state.shape, shape});
+  return {values[0], values[1]};
+}
+
+std::vector<Value> Builder::while_loop(const std::vector<Value>& init,
+                                       const RegionFn& cond, const RegionFn& body) {
+  std::vector<Shape> shapes;
+  for (const Value& v : init) shapes.push_back(v.shape);
+  std::string cond_text = region(shapes, cond);
+  std::string body_text = region(shapes, body);
+  return emit("stablehlo.while", init, "", shapes, {cond_text, body_text});
+}
+
+}  // namespace torch_tpu::hlo

@@ -1,0 +1,349 @@
+#include "runtime/client.h"
+
+#include <cstring>
+
+namespace torch_tpu::runtime {
+
+// ---------------------------------------------------------------- Event
+
+Event::~Event() {
+  if (!event_) return;
+  auto args = TPU_ARGS(PJRT_Event_Args, event);
+  args.event = event_;
+  try {
+    plugin_->call(Fn::EventDestroy, &args, "PJRT_Event_Destroy");
+  } catch (const Error&) {
+    // Destruction failures leave nothing to clean up.
+  }
+}
+
+std::string Event::await_status() {
+  if (!event_) return "";
+  auto args = TPU_ARGS(PJRT_Event_Args, event);
+  args.event = event_;
+  try {
+    plugin_->call(Fn::EventAwait, &args, "execution failed");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void Event::await(const char* what) {
+  std::string status = await_status();
+  if (!status.empty()) throw Error(std::string(what) + ": " + status, 13);
+}
+
+bool Event::ready() const {
+  if (!event_) return true;
+  auto args = TPU_ARGS(PJRT_Event_IsReady_Args, is_ready);
+  args.event = event_;
+  plugin_->call(Fn::EventIsReady, &args, "PJRT_Event_IsReady");
+  return args.is_ready;
+}
+
+// ---------------------------------------------------------------- Buffer
+
+Buffer::~Buffer() {
+  auto args = TPU_ARGS(PJRT_Buffer_Destroy_Args, buffer);
+  args.buffer = buffer_;
+  try {
+    plugin_->call(Fn::BufferDestroy, &args, "PJRT_Buffer_Destroy");
+  } catch (const Error&) {
+  }
+}
+
+int64_t Buffer::element_count() const {
+  int64_t n = 1;
+  for (int64_t d : dims_) n *= d;
+  return n;
+}
+
+Event Buffer::to_host(void* dst) const {
+  auto args = TPU_ARGS(PJRT_Buffer_ToHostBuffer_Args, event);
+  args.src = buffer_;
+  args.dst = dst;
+  args.dst_size = byte_size();
+  plugin_->call(Fn::BufferToHostBuffer, &args, "device-to-host copy");
+  return Event(plugin_, args.event);
+}
+
+void Buffer::await_ready(const char* what) const {
+  auto args = TPU_ARGS(PJRT_Buffer_ReadyEvent_Args, event);
+  args.buffer = buffer_;
+  plugin_->call(Fn::BufferReadyEvent, &args, "PJRT_Buffer_ReadyEvent");
+  Event(plugin_, args.event).await(what);
+}
+
+// ---------------------------------------------------------------- Executable
+
+Executable::Executable(Client* client, PJRT_LoadedExecutable* executable)
+    : client_(client), executable_(executable) {
+  const Plugin& plugin = client_->plugin();
+  auto get = TPU_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, executable);
+  get.loaded_executable = executable_;
+  plugin.call(Fn::LoadedExecutableGetExecutable, &get,
+              "PJRT_LoadedExecutable_GetExecutable");
+  auto types = TPU_ARGS(PJRT_Executable_OutputElementTypes_Args, num_output_types);
+  types.executable = get.executable;
+  plugin.call(Fn::ExecutableOutputElementTypes, &types,
+              "PJRT_Executable_OutputElementTypes");
+  auto dims = TPU_ARGS(PJRT_Executable_OutputDimensions_Args, dim_sizes);
+  dims.executable = get.executable;
+  plugin.call(Fn::ExecutableOutputDimensions, &dims,
+              "PJRT_Executable_OutputDimensions");
+  const int64_t* next = dims.dims;
+  for (size_t i = 0; i < types.num_output_types; ++i) {
+    output_types_.push_back(static_cast<ElementType>(types.output_types[i]));
+    output_dims_.emplace_back(next, next + dims.dim_sizes[i]);
+    next += dims.dim_sizes[i];
+  }
+  auto destroy = TPU_ARGS(PJRT_Executable_Destroy_Args, executable);
+  destroy.executable = get.executable;
+  plugin.call(Fn::ExecutableDestroy, &destroy, "PJRT_Executable_Destroy");
+}
+
+Executable::~Executable() {
+  auto args = TPU_ARGS(PJRT_LoadedExecutable_Destroy_Args, executable);
+  args.executable = executable_;
+  try {
+    client_->plugin().call(Fn::LoadedExecutableDestroy, &args,
+                           "PJRT_LoadedExecutable_Destroy");
+  } catch (const Error&) {
+  }
+}
+
+Launch Executable::execute(int device, const std::vector<Buffer*>& inputs,
+                           const std::vector<int64_t>& non_donatable) const {
+  const Plugin& plugin = client_->plugin();
+  std::vector<PJRT_Buffer*> args(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) args[i] = inputs[i]->get();
+  std::vector<PJRT_Buffer*> outs(num_outputs(), nullptr);
+  PJRT_Buffer* const* arg_list = args.data();
+  PJRT_Buffer** out_list = outs.data();
+  PJRT_Event* done = nullptr;
+
+  auto options = TPU_ARGS(PJRT_ExecuteOptions, num_hlo_output_callbacks);
+  options.non_donatable_input_indices = non_donatable.data();
+  options.num_non_donatable_input_indices = non_donatable.size();
+
+  auto exec = TPU_ARGS(PJRT_LoadedExecutable_Execute_Args, execute_device);
+  exec.executable = executable_;
+  exec.options = &options;
+  exec.argument_lists = &arg_list;
+  exec.num_devices = 1;
+  exec.num_args = args.size();
+  exec.output_lists = &out_list;
+  exec.device_complete_events = &done;
+  exec.execute_device = client_->device(device);
+  plugin.call(Fn::LoadedExecutableExecute, &exec, "PJRT_LoadedExecutable_Execute");
+
+  Launch launch{{}, Event(&plugin, done)};
+  launch.outputs.reserve(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    launch.outputs.push_back(std::make_shared<Buffer>(
+        &plugin, outs[i], output_types_[i], output_dims_[i], device));
+  }
+  return launch;
+}
+
+std::string Executable::serialize() const {
+  const Plugin& plugin = client_->plugin();
+  auto get = TPU_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, executable);
+  get.loaded_executable = executable_;
+  plugin.call(Fn::LoadedExecutableGetExecutable, &get,
+              "PJRT_LoadedExecutable_GetExecutable");
+  auto args = TPU_ARGS(PJRT_Executable_Serialize_Args, serialized_executable_deleter);
+  args.executable = get.executable;
+  std::string bytes;
+  try {
+    plugin.call(Fn::ExecutableSerialize, &args, "PJRT_Executable_Serialize");
+    bytes.assign(args.serialized_bytes, args.serialized_bytes_size);
+    if (args.serialized_executable_deleter) {
+      args.serialized_executable_deleter(args.serialized_executable);
+    }
+  } catch (...) {
+    auto destroy = TPU_ARGS(PJRT_Executable_Destroy_Args, executable);
+    destroy.executable = get.executable;
+    plugin.call(Fn::ExecutableDestroy, &destroy, "PJRT_Executable_Destroy");
+    throw;
+  }
+  auto destroy = TPU_ARGS(PJRT_Executable_Destroy_Args, executable);
+  destroy.executable = get.executable;
+  plugin.call(Fn::ExecutableDestroy, &destroy, "PJRT_Executable_Destroy");
+  return bytes;
+}
+
+// ---------------------------------------------------------------- Client
+
+namespace {
+
+PJRT_NamedValue int_option(const char* name, int64_t value) {
+  auto v = TPU_ARGS(PJRT_NamedValue, value_size);
+  v.name = name;
+  v.name_size = std::strlen(name);
+  v.type = PJRT_NamedValue_kInt64;
+  v.int64_value = value;
+  v.value_size = 1;
+  return v;
+}
+
+PJRT_NamedValue bool_option(const char* name, bool value) {
+  auto v = TPU_ARGS(PJRT_NamedValue, value_size);
+  v.name = name;
+  v.name_size = std::strlen(name);
+  v.type = PJRT_NamedValue_kBool;
+  v.bool_value = value;
+  v.value_size = 1;
+  return v;
+}
+
+std::string client_string(const Plugin& plugin, PJRT_Client* client, Fn fn,
+                          const char* what) {
+  auto args = TPU_ARGS(PJRT_Client_String_Args, value_size);
+  args.client = client;
+  plugin.call(fn, &args, what);
+  return std::string(args.value, args.value_size);
+}
+
+}  // namespace
+
+Client::Client(const Plugin& plugin, const std::string& platform,
+               const ClientOptions& options)
+    : plugin_(&plugin) {
+  // Each plugin validates option names, so only pass the ones it knows.
+  std::vector<PJRT_NamedValue> create_options;
+  if (platform == "cpu" && options.cpu_device_count > 0) {
+    create_options.push_back(
+        int_option("cpu_device_count", options.cpu_device_count));
+  }
+  if (platform == "cuda" && options.gpu_no_preallocate) {
+    create_options.push_back(bool_option("preallocate", false));
+  }
+  auto args = TPU_ARGS(PJRT_Client_Create_Args, kv_try_get_user_arg);
+  args.create_options = create_options.data();
+  args.num_options = create_options.size();
+  plugin.call(Fn::ClientCreate, &args, "PJRT_Client_Create");
+  client_ = args.client;
+
+  platform_name_ = client_string(plugin, client_, Fn::ClientPlatformName,
+                                 "PJRT_Client_PlatformName");
+  platform_version_ = client_string(plugin, client_, Fn::ClientPlatformVersion,
+                                    "PJRT_Client_PlatformVersion");
+  auto devices = TPU_ARGS(PJRT_Client_AddressableDevices_Args, num_addressable_devices);
+  devices.client = client_;
+  plugin.call(Fn::ClientAddressableDevices, &devices,
+              "PJRT_Client_AddressableDevices");
+  devices_.assign(devices.addressable_devices,
+                  devices.addressable_devices + devices.num_addressable_devices);
+}
+
+Client::~Client() {
+  auto args = TPU_ARGS(PJRT_Client_Destroy_Args, client);
+  args.client = client_;
+  try {
+    plugin_->call(Fn::ClientDestroy, &args, "PJRT_Client_Destroy");
+  } catch (const Error&) {
+  }
+}
+
+PJRT_Device* Client::device(int index) const {
+  if (index < 0 || index >= device_count()) {
+    throw Error("device index " + std::to_string(index) +
+                    " is out of range (the " + platform_name_ + " client has " +
+                    std::to_string(device_count()) + " devices)",
+                3);
+  }
+  return devices_[index];
+}
+
+DeviceInfo Client::device_info(int index) const {
+  auto desc = TPU_ARGS(PJRT_Device_GetDescription_Args, device_description);
+  desc.device = device(index);
+  plugin_->call(Fn::DeviceGetDescription, &desc, "PJRT_Device_GetDescription");
+  DeviceInfo info;
+  auto id = TPU_ARGS(PJRT_DeviceDescription_Id_Args, id);
+  id.device_description = desc.device_description;
+  plugin_->call(Fn::DeviceDescriptionId, &id, "PJRT_DeviceDescription_Id");
+  info.id = id.id;
+  auto kind = TPU_ARGS(PJRT_DeviceDescription_String_Args, value_size);
+  kind.device_description = desc.device_description;
+  plugin_->call(Fn::DeviceDescriptionKind, &kind, "PJRT_DeviceDescription_Kind");
+  info.kind.assign(kind.value, kind.value_size);
+  auto debug = TPU_ARGS(PJRT_DeviceDescription_String_Args, value_size);
+  debug.device_description = desc.device_description;
+  plugin_->call(Fn::DeviceDescriptionDebugString, &debug,
+                "PJRT_DeviceDescription_DebugString");
+  info.description.assign(debug.value, debug.value_size);
+  return info;
+}
+
+MemoryStats Client::memory_stats(int index) const {
+  MemoryStats stats;
+  if (!plugin_->has(Fn::DeviceMemoryStats)) return stats;
+  auto args = TPU_ARGS(PJRT_Device_MemoryStats_Args, peak_allocated_bytes_is_set);
+  args.device = device(index);
+  try {
+    plugin_->call(Fn::DeviceMemoryStats, &args, "PJRT_Device_MemoryStats");
+  } catch (const Error&) {
+    return stats;  // The CPU plugin does not implement memory stats.
+  }
+  stats.bytes_in_use = args.bytes_in_use;
+  if (args.peak_bytes_in_use_is_set) stats.peak_bytes_in_use = args.peak_bytes_in_use;
+  if (args.bytes_limit_is_set) stats.bytes_limit = args.bytes_limit;
+  return stats;
+}
+
+BufferPtr Client::buffer_from_host(const void* data, ElementType type,
+                                   const std::vector<int64_t>& dims, int device) {
+  auto args = TPU_ARGS(PJRT_Client_BufferFromHostBuffer_Args, buffer);
+  args.client = client_;
+  args.data = data;
+  args.type = static_cast<PJRT_Buffer_Type>(type);
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  args.device = this->device(device);
+  plugin_->call(Fn::ClientBufferFromHostBuffer, &args, "host-to-device copy");
+  // With kImmutableOnlyDuringCall the host data is already copied; the event
+  // only needs releasing.
+  Event done(plugin_, args.done_with_host_buffer);
+  return std::make_shared<Buffer>(plugin_, args.buffer, type, dims, device);
+}
+
+BufferPtr Client::copy_to_device(const Buffer& buffer, int device) {
+  auto args = TPU_ARGS(PJRT_Buffer_CopyToDevice_Args, dst_buffer);
+  args.buffer = buffer.get();
+  args.dst_device = this->device(device);
+  plugin_->call(Fn::BufferCopyToDevice, &args, "device-to-device copy");
+  return std::make_shared<Buffer>(plugin_, args.dst_buffer, buffer.type(),
+                                  buffer.dims(), device);
+}
+
+std::shared_ptr<Executable> Client::compile(const std::string& mlir,
+                                            const std::string& compile_options) {
+  auto program = TPU_ARGS(PJRT_Program, format_size);
+  program.code = const_cast<char*>(mlir.data());
+  program.code_size = mlir.size();
+  program.format = "mlir";
+  program.format_size = 4;
+  auto args = TPU_ARGS(PJRT_Client_Compile_Args, executable);
+  args.client = client_;
+  args.program = &program;
+  args.compile_options = compile_options.data();
+  args.compile_options_size = compile_options.size();
+  plugin_->call(Fn::ClientCompile, &args, "XLA compilation failed");
+  return std::make_shared<Executable>(this, args.executable);
+}
+
+std::shared_ptr<Executable> Client::deserialize(const std::string& bytes) {
+  auto args = TPU_ARGS(PJRT_Executable_DeserializeAndLoad_Args, load_options);
+  args.client = client_;
+  args.serialized_executable = bytes.data();
+  args.serialized_executable_size = bytes.size();
+  plugin_->call(Fn::ExecutableDeserializeAndLoad, &args,
+                "PJRT_Executable_DeserializeAndLoad");
+  return std::make_shared<Executable>(this, args.loaded_executable);
+}
+
+}  // namespace torch_tpu::runtime

@@ -1,0 +1,168 @@
+// RAII wrappers around the PJRT client and the handles it hands out.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/element_type.h"
+#include "runtime/plugin.h"
+
+namespace torch_tpu::runtime {
+
+class Client;
+
+// Completion of asynchronous work. Owns the PJRT_Event.
+class Event {
+ public:
+  Event(const Plugin* plugin, PJRT_Event* event)
+      : plugin_(plugin), event_(event) {}
+  Event(Event&& other) noexcept
+      : plugin_(other.plugin_), event_(other.event_) {
+    other.event_ = nullptr;
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+
+  // Blocks until the work is done; throws Error if it failed.
+  void await(const char* what);
+  // Blocks; returns the failure message, or "" on success.
+  std::string await_status();
+  bool ready() const;
+  bool valid() const { return event_ != nullptr; }
+
+ private:
+  const Plugin* plugin_;
+  PJRT_Event* event_;
+};
+
+// An immutable array on one device. Owns the PJRT_Buffer.
+class Buffer {
+ public:
+  Buffer(const Plugin* plugin, PJRT_Buffer* buffer, ElementType type,
+         std::vector<int64_t> dims, int device)
+      : plugin_(plugin),
+        buffer_(buffer),
+        type_(type),
+        dims_(std::move(dims)),
+        device_(device) {}
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  PJRT_Buffer* get() const { return buffer_; }
+  ElementType type() const { return type_; }
+  const std::vector<int64_t>& dims() const { return dims_; }
+  int device() const { return device_; }
+  int64_t element_count() const;
+  size_t byte_size() const { return element_count() * element_size(type_); }
+
+  // Starts copying the whole buffer into `dst` (row-major, `byte_size()`
+  // bytes); `dst` must stay alive until the returned event completes.
+  Event to_host(void* dst) const;
+  // Blocks until the buffer's defining computation finished; throws on error.
+  void await_ready(const char* what) const;
+
+ private:
+  const Plugin* plugin_;
+  PJRT_Buffer* buffer_;
+  ElementType type_;
+  std::vector<int64_t> dims_;
+  int device_;
+};
+
+using BufferPtr = std::shared_ptr<Buffer>;
+
+// Result of launching a program: its outputs (already usable as inputs of
+// further launches) and the completion event of the launch.
+struct Launch {
+  std::vector<BufferPtr> outputs;
+  Event done;
+};
+
+// A program compiled for this client. Owns the PJRT_LoadedExecutable.
+class Executable {
+ public:
+  Executable(Client* client, PJRT_LoadedExecutable* executable);
+  Executable(const Executable&) = delete;
+  Executable& operator=(const Executable&) = delete;
+  ~Executable();
+
+  size_t num_outputs() const { return output_types_.size(); }
+
+  // Launches on `device` asynchronously. Inputs listed in `donated` may be
+  // consumed (their contents are undefined afterwards).
+  Launch execute(int device, const std::vector<Buffer*>& inputs,
+                 const std::vector<int64_t>& non_donatable = {}) const;
+
+  // Bytes that DeserializeAndLoad accepts (for the persistent cache).
+  std::string serialize() const;
+
+ private:
+  Client* client_;
+  PJRT_LoadedExecutable* executable_;
+  std::vector<ElementType> output_types_;
+  std::vector<std::vector<int64_t>> output_dims_;
+};
+
+struct DeviceInfo {
+  int id = 0;
+  std::string kind;
+  std::string description;
+};
+
+struct MemoryStats {
+  int64_t bytes_in_use = 0;
+  int64_t peak_bytes_in_use = -1;  // -1: not reported by the plugin
+  int64_t bytes_limit = -1;
+};
+
+struct ClientOptions {
+  // Number of devices of the CPU plugin ("cpu_device_count"); 0: default.
+  int64_t cpu_device_count = 0;
+  // GPU plugin: do not grab most of the device memory up front.
+  bool gpu_no_preallocate = false;
+};
+
+class Client {
+ public:
+  Client(const Plugin& plugin, const std::string& platform,
+         const ClientOptions& options);
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+  ~Client();
+
+  const Plugin& plugin() const { return *plugin_; }
+  PJRT_Client* get() const { return client_; }
+  // What the plugin calls itself ("cpu", "cuda", "tpu").
+  const std::string& platform_name() const { return platform_name_; }
+  const std::string& platform_version() const { return platform_version_; }
+
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  PJRT_Device* device(int index) const;
+  DeviceInfo device_info(int index) const;
+  MemoryStats memory_stats(int index) const;
+
+  // Copies `data` (row-major, dense) into a new buffer on `device`. The copy
+  // of the host data completes before this returns.
+  BufferPtr buffer_from_host(const void* data, ElementType type,
+                             const std::vector<int64_t>& dims, int device);
+  // Copies `buffer` to another device of this client.
+  BufferPtr copy_to_device(const Buffer& buffer, int device);
+
+  // Compiles MLIR text (StableHLO with `func.func public @main`).
+  std::shared_ptr<Executable> compile(const std::string& mlir,
+                                      const std::string& compile_options);
+  std::shared_ptr<Executable> deserialize(const std::string& bytes);
+
+ private:
+  const Plugin* plugin_;
+  PJRT_Client* client_ = nullptr;
+  std::string platform_name_;
+  std::string platform_version_;
+  std::vector<PJRT_Device*> devices_;
+};
+
+}  // namespace torch_tpu::runtime

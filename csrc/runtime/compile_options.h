@@ -1,0 +1,22 @@
+// Serialised xla.CompileOptionsProto, written by hand (a few varint fields):
+// the runtime needs no protobuf library for this.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace torch_tpu::runtime {
+
+struct CompileOptions {
+  // Compile once, pick the device at launch (`execute_device`).
+  bool portable = true;
+  // XLA debug-option overrides by name, e.g. {"xla_backend_optimization_level", 0}.
+  std::vector<std::pair<std::string, int64_t>> int_overrides;
+  std::vector<std::pair<std::string, bool>> bool_overrides;
+
+  std::string serialize() const;
+};
+
+}  // namespace torch_tpu::runtime
