@@ -1,0 +1,17 @@
+#pragma once
+
+#include "aten/torch_headers.h"
+
+namespace torch_tpu::aten {
+
+// Runs `op` on the CPU: inputs copied to the host, PyTorch's CPU kernel, the
+// results copied back (mutated arguments into their tpu storage). Counted per
+// op and warned about once; TORCH_TPU_FALLBACK=error makes it an error,
+// =silent hides the warning.
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+enum class FallbackMode { Warn, Silent, Error };
+void set_fallback_mode(FallbackMode mode);
+FallbackMode fallback_mode();
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,84 @@
+// DeviceGuardImplInterface for `tpu`: device switching, the (single, default)
+// stream per device, and device synchronisation.
+#include "aten/device.h"
+#include "aten/tensor_bridge.h"
+#include "engine/backend.h"
+
+namespace torch_tpu::aten {
+
+c10::DeviceIndex device_count() noexcept {
+  try {
+    if (engine::Backend::started()) return engine::Backend::get().device_count();
+    const auto& config = engine::Backend::config();
+    if (config.plugin_path.empty()) return 0;
+    if (config.platform == "cpu") return std::max(1, config.cpu_devices);
+    return engine::Backend::get().device_count();
+  } catch (...) {
+    return 0;
+  }
+}
+
+void check_device_index(c10::DeviceIndex device) {
+  c10::DeviceIndex count = device_count();
+  TORCH_CHECK(device >= 0 && device < count, "tpu:", static_cast<int>(device),
+              " does not exist: ", static_cast<int>(count), " tpu device(s) are available",
+              engine::Backend::config().platform == "cpu"
+                  ? " (the cpu platform has TORCH_TPU_NUM_DEVICES of them)"
+                  : "");
+}
+
+namespace {
+
+struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kTpu; }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old = getDevice();
+    if (d.index() != old.index()) setDevice(d);
+    return old;
+  }
+  c10::Device getDevice() const override { return c10::Device(kTpu, current_device()); }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.type() == kTpu, "expected a tpu device, got ", d);
+    if (d.index() >= 0) {
+      check_device_index(d.index());
+      set_current_device(d.index());
+    }
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0) set_current_device(d.index());
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override { return getStream(d); }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    return c10::Stream(c10::Stream::DEFAULT, s.device());
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+
+  // Work on a device is ordered (one stream), so events carry no information
+  // beyond "everything launched so far".
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag flag) const override {}
+  void block(void* event, const c10::Stream& stream) const override {}
+  bool queryEvent(void* event) const override { return true; }
+  void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {}
+  bool queryStream(const c10::Stream& stream) const override { return false; }
+  void synchronizeStream(const c10::Stream& stream) const override {
+    synchronizeDevice(stream.device_index());
+  }
+  void synchronizeEvent(void* event) const override {}
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override {
+    if (!engine::Backend::started()) return;
+    auto& backend = engine::Backend::get();
+    std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+    backend.synchronize(device_index);
+  }
+  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+};
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, TpuGuardImpl);
+
+}  // namespace
+}  // namespace torch_tpu::aten

@@ -1,0 +1,471 @@
+// Every operator with a lowering rule runs through one boxed kernel: it reads
+// the dispatcher stack against the operator's schema, asks PyTorch's meta
+// kernel for the results' shapes, dtypes and errors (so messages and type
+// promotion are PyTorch's own), and hands the engine an OpCall. In-place and
+// out= variants are derived from the functional rule and write its results
+// into their mutated arguments.
+#include "aten/lowered_ops.h"
+
+#include <unordered_map>
+
+#include "aten/cpu_fallback.h"
+#include "aten/generator.h"
+#include "aten/tensor_bridge.h"
+#include "engine/executor.h"
+
+namespace torch_tpu::aten {
+
+namespace {
+
+struct Binding {
+  const lower::Rule* rule = nullptr;
+  std::string name;               // "aten::add.out"
+  std::vector<size_t> rule_args;  // schema arguments passed to the rule
+  std::vector<size_t> mutated;    // schema arguments written, in order
+  std::vector<int> return_alias;  // per return: index into `mutated`, or -1
+  int generator_arg = -1;
+};
+
+std::unordered_map<std::string, Binding>& bindings() {
+  static std::unordered_map<std::string, Binding> table;
+  return table;
+}
+
+std::string full_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+bool is_write(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
+
+Binding make_binding(const c10::FunctionSchema& schema, const lower::Rule* rule,
+                     const std::vector<size_t>& rule_args) {
+  Binding b;
+  b.rule = rule;
+  b.name = full_name(schema.operator_name());
+  b.rule_args = rule_args;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (is_write(args[i])) b.mutated.push_back(i);
+    if (args[i].type()->kind() == c10::TypeKind::OptionalType &&
+        args[i].type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+            c10::TypeKind::GeneratorType) {
+      b.generator_arg = static_cast<int>(i);
+    }
+  }
+  for (const auto& ret : schema.returns()) {
+    int alias = -1;
+    if (ret.alias_info() && ret.alias_info()->isWrite()) {
+      for (size_t m = 0; m < b.mutated.size(); ++m) {
+        const auto* info = args[b.mutated[m]].alias_info();
+        if (info->beforeSets() == ret.alias_info()->beforeSets()) alias = static_cast<int>(m);
+      }
+    }
+    b.return_alias.push_back(alias);
+  }
+  return b;
+}
+
+// ---------------------------------------------------------------- inputs
+
+lower::Category category_of(const at::Tensor& t) {
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) return lower::Category::WrappedNumber;
+  return t.dim() == 0 ? lower::Category::ZeroDim : lower::Category::Tensor;
+}
+
+// Python numbers promote as the default dtype of their kind.
+ElementType wrapped_dtype(const c10::Scalar& s) {
+  if (s.isBoolean()) return ElementType::Pred;
+  if (s.isIntegral(false)) return ElementType::S64;
+  if (s.isComplex()) {
+    return element_type(c10::toComplexType(c10::typeMetaToScalarType(at::get_default_dtype())));
+  }
+  return element_type(c10::typeMetaToScalarType(at::get_default_dtype()));
+}
+
+engine::HostScalar host_scalar(const c10::Scalar& s, bool wide) {
+  if (s.isBoolean()) return engine::HostScalar::of_bool(s.toBool());
+  if (s.isIntegral(false)) return engine::HostScalar::of_int(s.toLong(), ElementType::S64);
+  if (s.isComplex()) {
+    auto c = s.toComplexDouble();
+    return engine::HostScalar::of_complex(c.real(), c.imag(),
+                                          wide ? ElementType::C128 : ElementType::C64);
+  }
+  return engine::HostScalar::of_double(s.toDouble(), wide ? ElementType::F64 : ElementType::F32);
+}
+
+struct CallBuilder {
+  const Binding& binding;
+  c10::DeviceIndex device = -1;
+  bool wide = false;  // the op computes in 64-bit floats: scalars travel as f64
+
+  std::optional<engine::Input> tensor_input(const at::Tensor& t, const char* arg_name) {
+    if (!t.defined()) return std::nullopt;
+    engine::Input in;
+    in.category = category_of(t);
+    if (is_tpu(t)) {
+      in.view = view_of(t);
+      in.dtype = in.view.dtype;
+      return in;
+    }
+    // CPU zero-dim tensors (and Python numbers wrapped as tensors) are scalars.
+    c10::Scalar value = t.item();
+    in.on_device = false;
+    in.dtype = in.category == lower::Category::WrappedNumber ? wrapped_dtype(value)
+                                                              : element_type(t.scalar_type());
+    in.scalar = host_scalar(value, wide);
+    return in;
+  }
+
+  engine::Input scalar_input(const c10::Scalar& s) {
+    engine::Input in;
+    in.on_device = false;
+    in.category = lower::Category::WrappedNumber;
+    in.dtype = wrapped_dtype(s);
+    in.scalar = host_scalar(s, wide);
+    return in;
+  }
+
+  engine::CallArg arg(const c10::Argument& schema_arg, const c10::IValue& v) {
+    engine::CallArg a;
+    const c10::TypePtr& type = schema_arg.real_type();
+    c10::TypePtr elem = type;
+    if (type->kind() == c10::TypeKind::OptionalType) {
+      elem = type->castRaw<c10::OptionalType>()->getElementType();
+    }
+    const char* name = schema_arg.name().c_str();
+    switch (elem->kind()) {
+      case c10::TypeKind::TensorType:
+        a.is_operand = true;
+        a.inputs.push_back(v.isNone() ? std::nullopt : tensor_input(v.toTensor(), name));
+        return a;
+      case c10::TypeKind::NumberType:
+        a.is_operand = true;
+        a.inputs.push_back(v.isNone() ? std::nullopt
+                                      : std::optional<engine::Input>(scalar_input(v.toScalar())));
+        return a;
+      case c10::TypeKind::ListType: {
+        auto inner = elem->castRaw<c10::ListType>()->getElementType();
+        bool optional_inner = inner->kind() == c10::TypeKind::OptionalType;
+        if (optional_inner) inner = inner->castRaw<c10::OptionalType>()->getElementType();
+        if (inner->kind() == c10::TypeKind::TensorType) {
+          a.is_operand = a.is_list = true;
+          for (const c10::IValue& item : v.toListRef()) {
+            a.inputs.push_back(item.isNone() ? std::nullopt : tensor_input(item.toTensor(), name));
+          }
+          return a;
+        }
+        if (inner->kind() == c10::TypeKind::NumberType) {
+          a.is_operand = a.is_list = true;
+          for (const c10::IValue& item : v.toListRef()) a.inputs.push_back(scalar_input(item.toScalar()));
+          return a;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    a.value = static_value(elem, v);
+    return a;
+  }
+
+  static lower::Static static_value(const c10::TypePtr& type, const c10::IValue& v) {
+    if (v.isNone()) return lower::None{};
+    switch (type->kind()) {
+      case c10::TypeKind::ScalarTypeType:
+        return element_type(static_cast<at::ScalarType>(v.toInt()));
+      case c10::TypeKind::LayoutType:
+      case c10::TypeKind::MemoryFormatType:
+      case c10::TypeKind::DeviceObjType:
+      case c10::TypeKind::GeneratorType:
+        return lower::None{};
+      default:
+        break;
+    }
+    if (v.isBool()) return v.toBool();
+    if (v.isInt()) return v.toInt();
+    if (v.isSymInt()) return v.toSymInt().guard_int(__FILE__, __LINE__);
+    if (v.isDouble()) return v.toDouble();
+    if (v.isString()) return std::string(v.toStringRef());
+    if (v.isIntList()) return v.toIntVector();
+    if (v.isDoubleList()) return v.toDoubleVector();
+    if (v.isBoolList()) {
+      lower::BoolList out;
+      for (bool b : v.toBoolList()) out.push_back(b);
+      return out;
+    }
+    if (v.isList()) {  // SymInt[]
+      lower::IntList out;
+      for (const auto& item : v.toListRef()) {
+        out.push_back(item.isSymInt() ? item.toSymInt().guard_int(__FILE__, __LINE__)
+                                      : item.toInt());
+      }
+      return out;
+    }
+    TORCH_CHECK(false, "tpu: unsupported argument of type ", type->str());
+  }
+};
+
+// ---------------------------------------------------------------- meta
+
+// A meta tensor with the layout of `t`; tensors sharing a storage get meta
+// tensors sharing one, so PyTorch's overlap checks see the aliasing.
+struct MetaConverter {
+  std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages;
+
+  at::Tensor convert(const at::Tensor& t) {
+    if (!is_tpu(t)) return t;
+    const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    c10::Storage* storage = nullptr;
+    for (auto& [key, s] : storages) {
+      if (key == impl) storage = &s;
+    }
+    if (!storage) {
+      storages.emplace_back(impl, c10::Storage(c10::Storage::use_byte_size_t(),
+                                               t.storage().nbytes(),
+                                               c10::GetAllocator(c10::kMeta), true));
+      storage = &storages.back().second;
+    }
+    auto meta = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(*storage), c10::DispatchKeySet(c10::DispatchKey::Meta), t.dtype());
+    meta.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    return meta;
+  }
+
+  c10::IValue convert(const c10::IValue& v) {
+    if (v.isTensor()) return convert(v.toTensor());
+    if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorList()) out.push_back(convert(t));
+      return out;
+    }
+    if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> out;
+      for (const auto& item : v.toOptionalTensorList()) {
+        std::optional<at::Tensor> t = item;
+        out.push_back(t ? std::optional<at::Tensor>(convert(*t)) : std::nullopt);
+      }
+      return out;
+    }
+    return v;
+  }
+};
+
+void for_each_tensor(const c10::IValue& v, const std::function<void(const at::Tensor&)>& fn) {
+  if (v.isTensor()) {
+    fn(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) fn(t);
+  } else if (v.isOptionalTensorList()) {
+    for (const auto& item : v.toOptionalTensorList()) {
+      std::optional<at::Tensor> t = item;
+      if (t) fn(*t);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- kernel
+
+void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const Binding& binding = bindings().at(full_name(op.operator_name()));
+  const auto& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  auto args = torch::jit::last(*stack, num_args);
+
+  // Device of the op; CPU tensors are only allowed as zero-dim scalars.
+  c10::DeviceIndex device = -1;
+  bool wide = false;
+  for (size_t i = 0; i < num_args; ++i) {
+    for_each_tensor(args[i], [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (is_tpu(t)) {
+        if (device < 0) device = t.device().index();
+        TORCH_CHECK(t.device().index() == device,
+                    "Expected all tensors to be on the same device, but found at least two "
+                    "devices, tpu:", static_cast<int>(device), " and ", t.device(),
+                    "! (when checking argument ", schema.arguments()[i].name(), " in method ",
+                    binding.name, ")");
+        at::ScalarType st = t.scalar_type();
+        wide |= st == at::kDouble || st == at::kComplexDouble;
+      } else {
+        TORCH_CHECK(t.dim() == 0 && t.device().is_cpu(),
+                    "Expected all tensors to be on the same device, but got ",
+                    schema.arguments()[i].name(), " is on ", t.device(),
+                    ", different from other tensors on tpu (when checking argument in method ",
+                    binding.name, ")");
+      }
+    });
+  }
+  if (device < 0) device = current_device();
+
+  // PyTorch's meta kernel validates the call and describes the results.
+  MetaConverter meta;
+  torch::jit::Stack meta_stack;
+  for (size_t i = 0; i < num_args; ++i) meta_stack.push_back(meta.convert(args[i]));
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+  } catch (const c10::NotImplementedError&) {
+    cpu_fallback(op, stack);
+    return;
+  }
+
+  // Results: mutated arguments (resized like PyTorch's out= kernels), or new
+  // tensors shaped like the meta results.
+  std::vector<at::Tensor> targets;
+  std::vector<c10::IValue> returns;
+  auto mutated_tensors = [&](size_t m) {
+    std::vector<at::Tensor> out;
+    for_each_tensor(args[binding.mutated[m]], [&](const at::Tensor& t) { out.push_back(t); });
+    return out;
+  };
+  std::vector<bool> mutated_returned(binding.mutated.size(), false);
+  for (size_t r = 0; r < binding.return_alias.size(); ++r) {
+    int alias = binding.return_alias[r];
+    if (alias >= 0) {
+      mutated_returned[alias] = true;
+      auto written = mutated_tensors(alias);
+      std::vector<at::Tensor> meta_written;
+      for_each_tensor(meta_stack[r], [&](const at::Tensor& t) { meta_written.push_back(t); });
+      for (size_t k = 0; k < written.size(); ++k) {
+        if (k < meta_written.size() && written[k].sizes() != meta_written[k].sizes()) {
+          written[k].resize_(meta_written[k].sizes());
+        }
+        targets.push_back(written[k]);
+      }
+      returns.push_back(args[binding.mutated[alias]]);
+      continue;
+    }
+    const c10::IValue& result = meta_stack[r];
+    auto fresh = [&](const at::Tensor& m) {
+      return empty_tpu(m.sizes(), m.strides(), m.scalar_type(), device);
+    };
+    if (result.isTensor()) {
+      at::Tensor t = fresh(result.toTensor());
+      targets.push_back(t);
+      returns.emplace_back(t);
+    } else if (result.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& m : result.toTensorList()) {
+        at::Tensor t = fresh(m);
+        targets.push_back(t);
+        list.push_back(t);
+      }
+      returns.emplace_back(list);
+    } else {
+      TORCH_CHECK(false, binding.name, ": tpu cannot return ", result.tagKind());
+    }
+  }
+  for (size_t m = 0; m < binding.mutated.size(); ++m) {
+    if (mutated_returned[m]) continue;
+    for (const at::Tensor& t : mutated_tensors(m)) targets.push_back(t);
+  }
+
+  engine::OpCall call;
+  call.name = binding.name;
+  call.rule = binding.rule;
+  call.device = device;
+  for (const at::Tensor& t : targets) wide |= t.scalar_type() == at::kDouble;
+  CallBuilder builder{binding, device, wide};
+  for (size_t i : binding.rule_args) {
+    call.args.push_back(builder.arg(schema.arguments()[i], args[i]));
+  }
+  for (const at::Tensor& t : targets) call.targets.push_back(view_of(t));
+  std::optional<at::Generator> gen;
+  std::unique_lock<std::mutex> gen_lock;
+  if (binding.rule->random) {
+    gen = binding.generator_arg >= 0 && !args[binding.generator_arg].isNone()
+              ? args[binding.generator_arg].toGenerator()
+              : default_generator(device);
+    gen_lock = std::unique_lock<std::mutex>(gen->mutex());
+    call.random = at::check_generator<TpuGenerator>(*gen)->state();
+  }
+  try {
+    engine::execute(call);
+  } catch (const lower::Unsupported&) {
+    if (gen_lock.owns_lock()) gen_lock.unlock();
+    cpu_fallback(op, stack);
+    return;
+  }
+
+  torch::jit::drop(*stack, num_args);
+  for (auto& r : returns) stack->push_back(std::move(r));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- registration
+
+namespace {
+
+bool same_arguments(const std::vector<c10::Argument>& a, const std::vector<c10::Argument>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].name() != b[i].name() || a[i].type()->str() != b[i].type()->str()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> register_lowered_ops() {
+  static auto* library = new torch::Library(torch::Library::IMPL, "aten",
+                                            c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  std::unordered_map<std::string, std::vector<c10::OperatorName>> by_base;
+  for (const auto& name : dispatcher.getAllOpNames()) by_base[name.name].push_back(name);
+
+  std::vector<std::string> skipped;
+  auto bind = [&](const c10::OperatorName& name, const lower::Rule* rule,
+                  const std::optional<std::vector<c10::Argument>>& functional_args) {
+    auto handle = dispatcher.findOp(name);
+    if (!handle) return;
+    std::string full = full_name(name);
+    if (handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+        handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+      skipped.push_back(full);
+      return;
+    }
+    const auto& schema = handle->schema();
+    std::vector<size_t> rule_args;
+    size_t n = functional_args ? functional_args->size() : schema.arguments().size();
+    for (size_t i = 0; i < n; ++i) rule_args.push_back(i);
+    bindings()[full] = make_binding(schema, rule, rule_args);
+    library->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&lowered_kernel>());
+  };
+
+  for (const std::string& rule_name : lower::rule_names()) {
+    const lower::Rule* rule = lower::find_rule(rule_name);
+    auto dot = rule_name.find('.');
+    std::string base = "aten::" + rule_name.substr(0, dot);
+    std::string overload = dot == std::string::npos ? "" : rule_name.substr(dot + 1);
+    c10::OperatorName name{base, overload};
+    auto functional = dispatcher.findOp(name);
+    if (!functional) {
+      skipped.push_back("(no such op) " + full_name(name));
+      continue;
+    }
+    bind(name, rule, std::nullopt);
+    if (base.back() == '_') continue;  // the rule is itself in-place
+    bind(c10::OperatorName{base + "_", overload}, rule, std::nullopt);
+    const auto& fargs = functional->schema().arguments();
+    for (const auto& candidate : by_base[base]) {
+      auto handle = dispatcher.findOp(candidate);
+      if (!handle || candidate == name) continue;
+      std::vector<c10::Argument> non_out;
+      for (const auto& a : handle->schema().arguments()) {
+        if (!(a.kwarg_only() && is_write(a))) non_out.push_back(a);
+      }
+      bool is_out = non_out.size() < handle->schema().arguments().size();
+      if (is_out && same_arguments(non_out, fargs)) bind(candidate, rule, fargs);
+    }
+  }
+  return skipped;
+}
+
+std::vector<std::string> lowered_op_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, binding] : bindings()) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+}  // namespace torch_tpu::aten

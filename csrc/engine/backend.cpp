@@ -1,0 +1,196 @@
+#include "engine/backend.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/metrics.h"
+#include "runtime/compile_options.h"
+
+namespace torch_tpu::engine {
+
+namespace {
+
+std::mutex& start_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+BackendConfig& mutable_config() {
+  static BackendConfig config = [] {
+    BackendConfig c;
+    const char* platform = std::getenv("TORCH_TPU_PLATFORM");
+    const char* plugin = std::getenv("TORCH_TPU_PLUGIN");
+    const char* devices = std::getenv("TORCH_TPU_NUM_DEVICES");
+    c.platform = platform && *platform && std::strcmp(platform, "auto") != 0 ? platform : "cpu";
+    c.plugin_path = plugin ? plugin : "";
+    c.cpu_devices = devices && *devices ? std::atoi(devices) : 1;
+    return c;
+  }();
+  return config;
+}
+
+std::unique_ptr<Backend>& instance() {
+  static std::unique_ptr<Backend> backend;
+  return backend;
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
+// Pending launches kept per device before the oldest is awaited: bounds host
+// run-ahead, like a device queue.
+constexpr size_t kMaxInFlight = 64;
+// Scalar buffers kept; the cache is cleared when it grows past this.
+constexpr size_t kMaxScalars = 4096;
+
+}  // namespace
+
+void Backend::configure(BackendConfig config) {
+  std::lock_guard<std::mutex> lock(start_mutex());
+  if (instance()) {
+    const BackendConfig& now = mutable_config();
+    if (now.platform != config.platform || now.plugin_path != config.plugin_path) {
+      throw runtime::Error("the tpu backend already runs on " + now.platform +
+                               "; it cannot be reconfigured in this process",
+                           9);
+    }
+    return;
+  }
+  mutable_config() = std::move(config);
+}
+
+const BackendConfig& Backend::config() { return mutable_config(); }
+
+bool Backend::started() {
+  std::lock_guard<std::mutex> lock(start_mutex());
+  return instance() != nullptr;
+}
+
+Backend& Backend::get() {
+  auto& backend = instance();
+  if (backend) return *backend;
+  std::lock_guard<std::mutex> lock(start_mutex());
+  if (!backend) backend.reset(new Backend());
+  return *backend;
+}
+
+Backend::Backend() {
+  const BackendConfig& c = config();
+  if (c.plugin_path.empty()) {
+    throw runtime::Error("no PJRT plugin found for the " + c.platform +
+                             " platform: install the plugin package (see README) or set "
+                             "TORCH_TPU_PLUGIN=/path/to/plugin.so",
+                         5);
+  }
+  const runtime::Plugin& plugin = runtime::Plugin::load(c.plugin_path);
+  runtime::ClientOptions options;
+  options.cpu_device_count = c.platform == "cpu" ? std::max(1, c.cpu_devices) : 0;
+  options.gpu_no_preallocate = true;
+  client_ = std::make_unique<runtime::Client>(plugin, c.platform, options);
+  for (int i = 0; i < client_->device_count(); ++i) {
+    locks_.push_back(std::make_unique<runtime::DeviceLock>(c.platform, i));
+  }
+  pending_.resize(client_->device_count());
+  launch_blocking_ = env_flag("TPU_LAUNCH_BLOCKING");
+
+  runtime::CompileOptions fast;
+  fast_options_ = fast.serialize();
+  full_options_ = runtime::CompileOptions{}.serialize();
+}
+
+void Backend::check_device(int device) const {
+  if (device < 0 || device >= device_count()) {
+    throw runtime::Error("tpu:" + std::to_string(device) + " does not exist: the " +
+                             platform() + " platform has " +
+                             std::to_string(device_count()) + " device(s)" +
+                             (platform() == "cpu" ? " (set TORCH_TPU_NUM_DEVICES for more)" : ""),
+                         3);
+  }
+}
+
+std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, bool fast) {
+  auto start = std::chrono::steady_clock::now();
+  auto executable = client_->compile(mlir, fast ? fast_options_ : full_options_);
+  auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::steady_clock::now() - start)
+                   .count();
+  metrics().compiles++;
+  metrics().compile_nanos += nanos;
+  return executable;
+}
+
+void Backend::drain(std::deque<Pending>& queue, size_t keep) {
+  while (queue.size() > keep) {
+    Pending p = std::move(queue.front());
+    queue.pop_front();
+    std::string status = p.done.await_status();
+    if (!status.empty()) {
+      queue.clear();
+      throw runtime::Error("asynchronous execution of " + p.op + " failed on tpu: " + status,
+                           13);
+    }
+  }
+}
+
+runtime::Launch Backend::launch(const runtime::Executable& executable, int device,
+                               const std::vector<runtime::Buffer*>& inputs,
+                               const std::vector<int64_t>& non_donatable) {
+  runtime::Launch launch = executable.execute(device, inputs, non_donatable);
+  metrics().executions++;
+  return launch;
+}
+
+void Backend::track(int device, runtime::Event done, const std::string& op) {
+  auto& queue = pending_[device];
+  queue.push_back({std::move(done), op});
+  drain(queue, launch_blocking_ ? 0 : kMaxInFlight);
+}
+
+runtime::BufferPtr Backend::scalar_buffer(int device, ElementType type, const void* value) {
+  std::string key(reinterpret_cast<const char*>(&device), sizeof(device));
+  key.push_back(static_cast<char>(type));
+  key.append(static_cast<const char*>(value), element_size(type));
+  auto it = scalars_.find(key);
+  if (it != scalars_.end()) return it->second;
+  if (scalars_.size() >= kMaxScalars) scalars_.clear();
+  auto buffer = client_->buffer_from_host(value, type, {}, device);
+  scalars_[key] = buffer;
+  return buffer;
+}
+
+runtime::BufferPtr Backend::upload(const void* data, ElementType type,
+                                   const std::vector<int64_t>& dims, int device) {
+  auto buffer = client_->buffer_from_host(data, type, dims, device);
+  metrics().host_to_device_transfers++;
+  metrics().host_to_device_bytes += buffer->byte_size();
+  return buffer;
+}
+
+void Backend::download(const runtime::Buffer& buffer, void* dst, const std::string& op) {
+  runtime::Event done = buffer.to_host(dst);
+  std::string status = done.await_status();
+  metrics().device_to_host_transfers++;
+  metrics().device_to_host_bytes += buffer.byte_size();
+  if (!status.empty()) {
+    // The value was produced by a failed launch: report the launch.
+    synchronize(buffer.device());
+    throw runtime::Error(op + ": reading a tpu tensor failed: " + status, 13);
+  }
+}
+
+runtime::BufferPtr Backend::copy_to_device(const runtime::Buffer& buffer, int device) {
+  return client_->copy_to_device(buffer, device);
+}
+
+void Backend::synchronize(int device) {
+  if (device < 0) {
+    for (auto& queue : pending_) drain(queue, 0);
+  } else {
+    drain(pending_.at(device), 0);
+  }
+}
+
+}  // namespace torch_tpu::engine

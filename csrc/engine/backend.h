@@ -1,0 +1,85 @@
+// The process-wide device backend: one PJRT client for the chosen platform,
+// the locks on its devices, compilation, launches and the bookkeeping of
+// asynchronous work (errors surface at the next synchronisation, naming the
+// op that failed).
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/client.h"
+#include "runtime/device_lock.h"
+
+namespace torch_tpu::engine {
+
+struct BackendConfig {
+  std::string platform;     // "cpu", "cuda" or "tpu"
+  std::string plugin_path;  // the PJRT plugin to load
+  int cpu_devices = 1;      // devices of the CPU platform
+};
+
+class Backend {
+ public:
+  // Sets what `get()` will start. Without it, $TORCH_TPU_PLATFORM and
+  // $TORCH_TPU_PLUGIN are used.
+  static void configure(BackendConfig config);
+  static const BackendConfig& config();
+  // Starts the backend on first use (loads the plugin, locks the devices).
+  static Backend& get();
+  static bool started();
+
+  runtime::Client& client() { return *client_; }
+  const std::string& platform() const { return config().platform; }
+  int device_count() const { return client_->device_count(); }
+  void check_device(int device) const;
+
+  // Compiles MLIR text, counting compiles and compile time.
+  std::shared_ptr<runtime::Executable> compile(const std::string& mlir, bool fast);
+  // Launches asynchronously; the caller adopts the outputs, then passes the
+  // completion event to track().
+  runtime::Launch launch(const runtime::Executable& executable, int device,
+                         const std::vector<runtime::Buffer*>& inputs,
+                         const std::vector<int64_t>& non_donatable);
+  // Remembers that `op` completes with `done`; raises the failure of an
+  // earlier launch when the queue is drained (always, under
+  // TPU_LAUNCH_BLOCKING=1).
+  void track(int device, runtime::Event done, const std::string& op);
+  // A device buffer holding one scalar (cached: scalars recur).
+  runtime::BufferPtr scalar_buffer(int device, ElementType type, const void* value);
+
+  runtime::BufferPtr upload(const void* data, ElementType type,
+                            const std::vector<int64_t>& dims, int device);
+  // Blocks until `buffer` is on the host in `dst`; raises pending failures.
+  void download(const runtime::Buffer& buffer, void* dst, const std::string& op);
+  runtime::BufferPtr copy_to_device(const runtime::Buffer& buffer, int device);
+
+  // Waits for all launched work on `device` (-1: all devices) and raises the
+  // first failure of asynchronous execution.
+  void synchronize(int device);
+
+  // The engine-wide lock: ops from several threads (autograd's device thread,
+  // user threads) serialise here.
+  std::recursive_mutex& mutex() { return mutex_; }
+
+ private:
+  Backend();
+  struct Pending {
+    runtime::Event done;
+    std::string op;
+  };
+  void drain(std::deque<Pending>& queue, size_t keep);
+
+  std::unique_ptr<runtime::Client> client_;
+  std::vector<std::unique_ptr<runtime::DeviceLock>> locks_;
+  std::vector<std::deque<Pending>> pending_;
+  std::map<std::string, runtime::BufferPtr> scalars_;
+  std::string fast_options_, full_options_;
+  bool launch_blocking_ = false;
+  std::recursive_mutex mutex_;
+};
+
+}  // namespace torch_tpu::engine

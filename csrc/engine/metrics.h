@@ -1,0 +1,35 @@
+// Counters behind torch_tpu.metrics(): tests assert on them, users read them
+// to find recompiles, transfers and CPU fallbacks.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace torch_tpu::engine {
+
+struct Metrics {
+  std::atomic<int64_t> compiles{0};
+  std::atomic<int64_t> compile_nanos{0};
+  std::atomic<int64_t> cache_hits{0};
+  std::atomic<int64_t> cache_misses{0};
+  std::atomic<int64_t> executions{0};
+  std::atomic<int64_t> host_to_device_bytes{0};
+  std::atomic<int64_t> host_to_device_transfers{0};
+  std::atomic<int64_t> device_to_host_bytes{0};
+  std::atomic<int64_t> device_to_host_transfers{0};
+
+  void count_fallback(const std::string& op);
+  std::map<std::string, int64_t> fallbacks() const;
+  void reset();
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, int64_t> fallbacks_;
+};
+
+Metrics& metrics();
+
+}  // namespace torch_tpu::engine

@@ -1,0 +1,102 @@
+#include "engine/storage_ops.h"
+
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+#include "engine/backend.h"
+#include "engine/executor.h"
+#include "engine/view_layout.h"
+#include "lower/lowering.h"
+
+namespace torch_tpu::engine {
+
+namespace {
+
+// Cached programs of the storage ops, by their shape signature.
+std::shared_ptr<runtime::Executable> cached(const std::string& key,
+                                            const std::function<std::string()>& text) {
+  static std::map<std::string, std::shared_ptr<runtime::Executable>> programs;
+  auto& exe = programs[key];
+  if (!exe) exe = Backend::get().compile(text(), /*fast=*/true);
+  return exe;
+}
+
+}  // namespace
+
+void resize_storage(StorageSlot& slot, size_t nbytes) {
+  Backend& backend = Backend::get();
+  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  if (!slot.buffer || nbytes == slot.nbytes) {
+    slot.nbytes = nbytes;
+    return;
+  }
+  ElementType type = slot.element_type();
+  int64_t old_n = slot.buffer->element_count();
+  int64_t new_n = static_cast<int64_t>(nbytes) / element_size(type);
+  std::string key = "resize" + std::to_string(static_cast<int>(type)) + ":" +
+                    std::to_string(old_n) + ":" + std::to_string(new_n);
+  auto exe = cached(key, [&] {
+    hlo::Builder b;
+    auto x = b.parameter({type, {old_n}});
+    hlo::Value y = new_n <= old_n
+                       ? b.slice(x, {0}, {new_n}, {1})
+                       : b.pad(x, b.constant(0, type), {0}, {new_n - old_n}, {0});
+    return b.module_text({y});
+  });
+  runtime::Launch launch = backend.launch(*exe, slot.device, {slot.buffer.get()}, {});
+  slot.buffer = std::move(launch.outputs[0]);
+  slot.nbytes = nbytes;
+  backend.track(slot.device, std::move(launch.done), "resize_");
+}
+
+void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64_t numel) {
+  Backend& backend = Backend::get();
+  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  if (static_cast<size_t>(numel * element_size(type)) != slot.nbytes) {
+    throw std::logic_error("upload_storage: size mismatch");
+  }
+  slot.buffer = backend.upload(data, type, {numel}, slot.device);
+}
+
+void download_view(const TensorView& view, void* dst) {
+  Backend& backend = Backend::get();
+  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  int64_t numel = view.numel();
+  if (numel == 0) return;
+  if (!view.slot->buffer) {  // never written: zeros
+    std::memset(dst, 0, numel * element_size(view.dtype));
+    return;
+  }
+  if (view.is_whole_storage() && view.slot->element_type() == view.dtype) {
+    backend.download(*view.slot->buffer, dst, "copy to host");
+    return;
+  }
+  // Materialise the view densely on the device first.
+  StorageSlot dense{view.slot->device, static_cast<size_t>(numel * element_size(view.dtype)),
+                    nullptr};
+  OpCall call;
+  call.name = "aten::clone";
+  call.rule = lower::find_rule("clone");
+  call.device = view.slot->device;
+  CallArg arg;
+  arg.is_operand = true;
+  Input in;
+  in.view = view;
+  in.dtype = view.dtype;
+  arg.inputs.push_back(in);
+  call.args.push_back(arg);
+  call.args.push_back(CallArg{lower::None{}});
+  TensorView target{&dense, view.dtype, view.sizes, contiguous_strides(view.sizes), 0};
+  call.targets.push_back(target);
+  execute(call);
+  backend.download(*dense.buffer, dst, "copy to host");
+}
+
+void copy_storage_across_devices(StorageSlot& dst, const StorageSlot& src) {
+  Backend& backend = Backend::get();
+  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  dst.buffer = src.buffer ? backend.copy_to_device(*src.buffer, dst.device) : nullptr;
+}
+
+}  // namespace torch_tpu::engine

@@ -1,0 +1,22 @@
+// Whole-storage operations that need no lowering rule: growing or shrinking a
+// storage, moving whole storages between host and device.
+#pragma once
+
+#include "engine/storage.h"
+
+namespace torch_tpu::engine {
+
+// Changes the slot's size, keeping the leading bytes (new bytes read as 0).
+// The caller updates allocator statistics.
+void resize_storage(StorageSlot& slot, size_t nbytes);
+
+// Replaces the slot's contents with `numel` elements of `type` from the host.
+void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64_t numel);
+
+// Copies the view, densely in row-major order, into `dst` (blocking).
+void download_view(const TensorView& view, void* dst);
+
+// Replaces the slot's buffer with a copy of another device's storage.
+void copy_storage_across_devices(StorageSlot& dst, const StorageSlot& src);
+
+}  // namespace torch_tpu::engine

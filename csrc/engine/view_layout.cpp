@@ -1,0 +1,161 @@
+#include "engine/view_layout.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace torch_tpu::engine {
+
+ViewLayout classify(const TensorView& view) {
+  ViewLayout layout;
+  int64_t rank = static_cast<int64_t>(view.sizes.size());
+  if (view.numel() == 0) {
+    layout.kind = ViewLayout::Kind::Empty;
+    return layout;
+  }
+  for (int64_t i = 0; i < rank; ++i) {
+    if (view.sizes[i] == 1) continue;
+    if (view.strides[i] == 0) {
+      layout.broadcasts = true;
+    } else {
+      layout.order.push_back(i);
+    }
+  }
+  std::stable_sort(layout.order.begin(), layout.order.end(), [&](int64_t a, int64_t c) {
+    return view.strides[a] > view.strides[c];
+  });
+  int64_t expected = 1;
+  for (auto it = layout.order.rbegin(); it != layout.order.rend(); ++it) {
+    if (view.strides[*it] != expected) {
+      layout.kind = ViewLayout::Kind::Gather;
+      layout.order.clear();
+      return layout;
+    }
+    expected *= view.sizes[*it];
+  }
+  layout.block_numel = expected;
+  layout.covers_storage = view.offset == 0 && expected == view.storage_numel();
+  return layout;
+}
+
+ElementType index_type(int64_t storage_numel) {
+  return storage_numel < (int64_t{1} << 31) ? ElementType::S32 : ElementType::S64;
+}
+
+Value reinterpret(Builder& b, const Value& x, ElementType type) {
+  if (x.type() == type) return x;
+  if (type == ElementType::Pred) {
+    return b.compare(x, b.full(x.shape, 0), hlo::Comparison::NE);
+  }
+  if (x.type() == ElementType::Pred) return b.convert(x, type);
+  return b.bitcast_convert(x, type);
+}
+
+namespace {
+
+// Sizes of the dense dims in index order, and the permutation from stride
+// order to index order.
+struct DenseShape {
+  Dims by_stride;     // sizes in decreasing-stride order
+  Dims by_index;      // the same dims in increasing index order
+  Dims to_index;      // transpose permutation: by_stride -> by_index
+};
+
+DenseShape dense_shape(const TensorView& view, const ViewLayout& layout) {
+  DenseShape s;
+  Dims sorted = layout.order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t d : layout.order) s.by_stride.push_back(view.sizes[d]);
+  for (int64_t d : sorted) {
+    s.by_index.push_back(view.sizes[d]);
+    auto pos = std::find(layout.order.begin(), layout.order.end(), d) - layout.order.begin();
+    s.to_index.push_back(pos);
+  }
+  return s;
+}
+
+Dims inverse(const Dims& perm) {
+  Dims inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  return inv;
+}
+
+// Flat storage index of every element of the view, shape sizes + [1].
+Value gather_indices(Builder& b, const TensorView& view, ElementType itype,
+                     const Value& offset) {
+  hlo::Shape shape{itype, view.sizes};
+  Value idx = b.broadcast_in_dim(offset, view.sizes, {});
+  for (size_t d = 0; d < view.sizes.size(); ++d) {
+    if (view.sizes[d] == 1 || view.strides[d] == 0) continue;
+    Value term = b.mul(b.iota(shape, static_cast<int64_t>(d)),
+                       b.full(shape, static_cast<double>(view.strides[d])));
+    idx = b.add(idx, term);
+  }
+  Dims with_vector = view.sizes;
+  with_vector.push_back(1);
+  return b.reshape(idx, with_vector);
+}
+
+}  // namespace
+
+Value read_view(Builder& b, const Value& storage, const TensorView& view,
+                const ViewLayout& layout, const std::optional<Value>& offset) {
+  hlo::Shape shape{storage.type(), view.sizes};
+  switch (layout.kind) {
+    case ViewLayout::Kind::Empty:
+      return b.full(shape, 0);
+    case ViewLayout::Kind::Gather: {
+      int64_t rank = static_cast<int64_t>(view.sizes.size());
+      Value idx = gather_indices(b, view, offset->type(), *offset);
+      return b.gather(storage, idx, hlo::GatherDims{{}, {0}, {0}, rank}, {1});
+    }
+    case ViewLayout::Kind::Dense: {
+      Value flat = layout.covers_storage
+                       ? storage
+                       : b.dynamic_slice(storage, {*offset}, {layout.block_numel});
+      DenseShape s = dense_shape(view, layout);
+      Value block = b.transpose(b.reshape(flat, s.by_stride), s.to_index);
+      Dims kept(view.sizes.size(), 1);
+      for (int64_t d : layout.order) kept[d] = view.sizes[d];
+      Value v = b.reshape(block, kept);
+      if (!layout.broadcasts) return v;
+      Dims identity(view.sizes.size());
+      std::iota(identity.begin(), identity.end(), 0);
+      return b.broadcast_in_dim(v, view.sizes, identity);
+    }
+  }
+  throw std::logic_error("unreachable");
+}
+
+Value write_view(Builder& b, const Value& storage, const TensorView& view,
+                 const ViewLayout& layout, const std::optional<Value>& offset,
+                 const Value& value) {
+  if (value.type() != storage.type()) throw std::logic_error("write_view: type mismatch");
+  switch (layout.kind) {
+    case ViewLayout::Kind::Empty:
+      return storage;
+    case ViewLayout::Kind::Gather: {
+      int64_t rank = static_cast<int64_t>(view.sizes.size());
+      Value idx = gather_indices(b, view, offset->type(), *offset);
+      return b.scatter(storage, idx, value, hlo::ScatterDims{{}, {0}, {0}, rank},
+                       [](Builder&, const std::vector<Value>& a) -> std::vector<Value> {
+                         return {a[1]};
+                       });
+    }
+    case ViewLayout::Kind::Dense: {
+      if (layout.broadcasts) {
+        throw std::invalid_argument(
+            "unsupported operation: more than one element of the written-to tensor "
+            "refers to a single memory location");
+      }
+      DenseShape s = dense_shape(view, layout);
+      Value by_index = b.reshape(value, s.by_index);
+      Value flat = b.reshape(b.transpose(by_index, inverse(s.to_index)), {layout.block_numel});
+      if (layout.covers_storage) return flat;
+      return b.dynamic_update_slice(storage, flat, {*offset});
+    }
+  }
+  throw std::logic_error("unreachable");
+}
+
+}  // namespace torch_tpu::engine

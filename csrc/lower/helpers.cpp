@@ -1,0 +1,235 @@
+#include "lower/helpers.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace torch_tpu::lower {
+
+namespace {
+
+int kind_rank(ElementType t) {
+  if (t == ElementType::Pred) return 0;
+  if (is_integral(t)) return 1;
+  if (is_floating(t)) return 2;
+  return 3;  // complex
+}
+
+ElementType signed_of_width(int bits) {
+  switch (bits) {
+    case 8: return ElementType::S8;
+    case 16: return ElementType::S16;
+    case 32: return ElementType::S32;
+    default: return ElementType::S64;
+  }
+}
+
+// torch's combine_categories: the higher-priority result wins unless the
+// lower-priority one is of a higher kind (e.g. int tensor + float scalar).
+ElementType combine(ElementType higher, ElementType lower) {
+  if (higher == ElementType::Invalid) return lower;
+  if (lower == ElementType::Invalid) return higher;
+  if (is_complex(higher)) return higher;
+  if (is_complex(lower)) {
+    return is_floating(higher) ? to_complex(higher) : lower;
+  }
+  if (is_floating(higher)) return higher;
+  if (higher == ElementType::Pred || is_floating(lower)) {
+    return promote_types(higher, lower);
+  }
+  return higher;
+}
+
+}  // namespace
+
+ElementType promote_types(ElementType a, ElementType b) {
+  if (a == b) return a;
+  if (a == ElementType::Pred) return b;
+  if (b == ElementType::Pred) return a;
+  int ka = kind_rank(a), kb = kind_rank(b);
+  if (ka != kb) {
+    ElementType hi = ka > kb ? a : b;
+    ElementType lo = ka > kb ? b : a;
+    // float + complex keeps the wider precision.
+    if (is_complex(hi) && is_floating(lo) && bit_width(lo) > bit_width(hi) / 2) {
+      return ElementType::C128;
+    }
+    return hi;
+  }
+  if (kb == 1) {  // both integral
+    bool ua = is_unsigned(a), ub = is_unsigned(b);
+    if (ua == ub) return bit_width(a) >= bit_width(b) ? a : b;
+    ElementType s = ua ? b : a, u = ua ? a : b;
+    if (bit_width(s) > bit_width(u)) return s;
+    return signed_of_width(std::min(64, bit_width(u) * 2));
+  }
+  if (kb == 2) {  // both floating
+    if ((a == ElementType::F16 && b == ElementType::BF16) ||
+        (a == ElementType::BF16 && b == ElementType::F16)) {
+      return ElementType::F32;
+    }
+    return bit_width(a) >= bit_width(b) ? a : b;
+  }
+  return bit_width(a) >= bit_width(b) ? a : b;  // both complex
+}
+
+ElementType result_type(const std::vector<const Operand*>& operands) {
+  ElementType by_category[3] = {ElementType::Invalid, ElementType::Invalid,
+                                ElementType::Invalid};
+  for (const Operand* o : operands) {
+    if (!o) continue;
+    auto& slot = by_category[static_cast<int>(o->category)];
+    slot = slot == ElementType::Invalid ? o->dtype : promote_types(slot, o->dtype);
+  }
+  return combine(by_category[0], combine(by_category[1], by_category[2]));
+}
+
+ElementType to_floating(ElementType t) {
+  return is_floating(t) || is_complex(t) ? t : ElementType::F32;
+}
+
+int64_t wrap_dim(int64_t dim, int64_t rank) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (dim < -r || dim >= r) {
+    throw std::invalid_argument("dimension " + std::to_string(dim) +
+                                " out of range for rank " + std::to_string(rank));
+  }
+  return dim < 0 ? dim + r : dim;
+}
+
+Dims reduction_dims(const IntList& dims, int64_t rank) {
+  Dims out;
+  if (dims.empty()) {
+    for (int64_t i = 0; i < rank; ++i) out.push_back(i);
+    return out;
+  }
+  for (int64_t d : dims) {
+    if (rank == 0) continue;  // dim 0 / -1 of a scalar reduces nothing
+    out.push_back(wrap_dim(d, rank));
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+Dims broadcast_shapes(const Dims& a, const Dims& b) {
+  size_t n = std::max(a.size(), b.size());
+  Dims out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1) {
+      throw std::invalid_argument("shapes cannot be broadcast together");
+    }
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Value broadcast_to(Builder& b, const Value& x, const Dims& dims) {
+  if (x.dims() == dims) return x;
+  int64_t lead = static_cast<int64_t>(dims.size()) - x.rank();
+  if (lead < 0) throw std::invalid_argument("broadcast_to: rank too small");
+  Dims mapping(x.rank());
+  for (int64_t i = 0; i < x.rank(); ++i) mapping[i] = lead + i;
+  return b.broadcast_in_dim(x, dims, mapping);
+}
+
+Dims reduced_shape(const Dims& dims, const Dims& reduced, bool keepdim) {
+  Dims out;
+  for (int64_t i = 0; i < static_cast<int64_t>(dims.size()); ++i) {
+    bool r = std::find(reduced.begin(), reduced.end(), i) != reduced.end();
+    if (!r) out.push_back(dims[i]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+Value convert(Builder& b, const Value& x, ElementType type) {
+  if (x.type() == type) return x;
+  if (is_complex(x.type()) && !is_complex(type)) return b.convert(b.real(x), type);
+  return b.convert(x, type);
+}
+
+Value scalar(Builder& b, double value, ElementType type) {
+  return b.constant(value, type);
+}
+
+Value full_like(Builder& b, const Value& like, double value) {
+  return b.full(like.shape, value);
+}
+
+std::vector<Value> broadcast_all(Builder& b, std::vector<Value> values) {
+  Dims dims;
+  for (const Value& v : values) dims = broadcast_shapes(dims, v.dims());
+  for (Value& v : values) v = broadcast_to(b, v, dims);
+  return values;
+}
+
+std::vector<Value> promote(Builder& b, const std::vector<const Operand*>& operands,
+                           ElementType type) {
+  std::vector<Value> values;
+  for (const Operand* o : operands) values.push_back(convert(b, o->value, type));
+  return broadcast_all(b, std::move(values));
+}
+
+namespace {
+
+Value reduce_with(Builder& b, const Value& x, const Dims& dims, const Value& init,
+                  Value (Builder::*op)(const Value&, const Value&)) {
+  if (dims.empty()) return x;
+  return b.reduce({x}, {init}, dims,
+                  [op](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
+                    return {(r.*op)(a[0], a[1])};
+                  })[0];
+}
+
+template <class T>
+Value limit(Builder& b, ElementType t, bool high) {
+  return b.constant_int(static_cast<int64_t>(high ? std::numeric_limits<T>::max()
+                                                  : std::numeric_limits<T>::lowest()),
+                        t);
+}
+
+Value extreme(Builder& b, ElementType t, bool high) {
+  switch (t) {
+    case ElementType::Pred: return b.constant_bool(high);
+    case ElementType::S8: return limit<int8_t>(b, t, high);
+    case ElementType::S16: return limit<int16_t>(b, t, high);
+    case ElementType::S32: return limit<int32_t>(b, t, high);
+    case ElementType::S64: return limit<int64_t>(b, t, high);
+    case ElementType::U8: return limit<uint8_t>(b, t, high);
+    case ElementType::U16: return limit<uint16_t>(b, t, high);
+    case ElementType::U32: return limit<uint32_t>(b, t, high);
+    case ElementType::U64: return b.constant_int(high ? -1 : 0, t);  // prints 2^64-1
+    default:
+      return b.constant(high ? std::numeric_limits<double>::infinity()
+                             : -std::numeric_limits<double>::infinity(),
+                        t);
+  }
+}
+
+}  // namespace
+
+Value reduce_sum(Builder& b, const Value& x, const Dims& dims) {
+  if (x.type() == ElementType::Pred) {
+    return reduce_with(b, x, dims, b.constant_bool(false), &Builder::or_);
+  }
+  return reduce_with(b, x, dims, b.constant(0.0, x.type()), &Builder::add);
+}
+
+Value reduce_max(Builder& b, const Value& x, const Dims& dims) {
+  return reduce_with(b, x, dims, lowest_value(b, x.type()), &Builder::max);
+}
+
+Value reduce_min(Builder& b, const Value& x, const Dims& dims) {
+  return reduce_with(b, x, dims, highest_value(b, x.type()), &Builder::min);
+}
+
+Value lowest_value(Builder& b, ElementType t) { return extreme(b, t, false); }
+Value highest_value(Builder& b, ElementType t) { return extreme(b, t, true); }
+
+ElementType accumulation_type(ElementType t) {
+  return t == ElementType::F16 || t == ElementType::BF16 ? ElementType::F32 : t;
+}
+
+}  // namespace torch_tpu::lower

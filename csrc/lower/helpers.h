@@ -1,0 +1,49 @@
+// Building blocks shared by lowering rules: PyTorch's type promotion,
+// broadcasting, constants and reductions.
+#pragma once
+
+#include <vector>
+
+#include "lower/lowering.h"
+
+namespace torch_tpu::lower {
+
+// ---- type promotion (torch.promote_types / torch.result_type)
+ElementType promote_types(ElementType a, ElementType b);
+ElementType result_type(const std::vector<const Operand*>& operands);
+// Type of operations like `a / b` on integers: the default float type.
+ElementType to_floating(ElementType t);
+
+// ---- shapes
+int64_t wrap_dim(int64_t dim, int64_t rank);
+// Dims to reduce over: `dims` wrapped and sorted; empty means all.
+Dims reduction_dims(const IntList& dims, int64_t rank);
+Dims broadcast_shapes(const Dims& a, const Dims& b);
+// NumPy-style broadcast (align trailing dimensions).
+Value broadcast_to(Builder& b, const Value& x, const Dims& dims);
+// Drops (keepdim=false) or keeps as 1 the reduced dimensions of `dims`.
+Dims reduced_shape(const Dims& dims, const Dims& reduced, bool keepdim);
+
+// ---- values
+// Converts with PyTorch semantics (complex to real keeps the real part).
+Value convert(Builder& b, const Value& x, ElementType type);
+Value scalar(Builder& b, double value, ElementType type);
+// A constant with the type and shape of `like`.
+Value full_like(Builder& b, const Value& like, double value);
+// Converts every operand to `type` and broadcasts all to a common shape.
+std::vector<Value> promote(Builder& b, const std::vector<const Operand*>& operands,
+                           ElementType type);
+std::vector<Value> broadcast_all(Builder& b, std::vector<Value> values);
+
+// ---- reductions
+Value reduce_sum(Builder& b, const Value& x, const Dims& dims);
+Value reduce_max(Builder& b, const Value& x, const Dims& dims);
+Value reduce_min(Builder& b, const Value& x, const Dims& dims);
+// Lowest / highest value of a type (-inf / inf for floats), as a constant.
+Value lowest_value(Builder& b, ElementType t);
+Value highest_value(Builder& b, ElementType t);
+
+// Element type used to accumulate a reduction of `t` (f32 for f16/bf16).
+ElementType accumulation_type(ElementType t);
+
+}  // namespace torch_tpu::lower

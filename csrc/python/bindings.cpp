@@ -1,0 +1,133 @@
+// torch_tpu._C: the Python face of the C++ layers.
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "aten/allocator.h"
+#include "aten/cpu_fallback.h"
+#include "aten/device.h"
+#include "aten/generator.h"
+#include "aten/lowered_ops.h"
+#include "aten/tensor_bridge.h"
+#include "engine/backend.h"
+#include "engine/executor.h"
+#include "engine/metrics.h"
+
+namespace py = pybind11;
+using namespace torch_tpu;
+
+namespace {
+
+engine::Backend& backend() { return engine::Backend::get(); }
+
+py::dict metrics() {
+  auto& m = engine::metrics();
+  py::dict d;
+  d["compiles"] = m.compiles.load();
+  d["compile_seconds"] = m.compile_nanos.load() / 1e9;
+  d["cache_hits"] = m.cache_hits.load();
+  d["cache_misses"] = m.cache_misses.load();
+  d["executions"] = m.executions.load();
+  d["host_to_device_bytes"] = m.host_to_device_bytes.load();
+  d["host_to_device_transfers"] = m.host_to_device_transfers.load();
+  d["device_to_host_bytes"] = m.device_to_host_bytes.load();
+  d["device_to_host_transfers"] = m.device_to_host_transfers.load();
+  py::dict fallbacks;
+  for (const auto& [op, n] : m.fallbacks()) fallbacks[py::str(op)] = n;
+  d["fallbacks"] = fallbacks;
+  return d;
+}
+
+py::dict memory_stats(int device) {
+  auto stats = aten::tpu_allocator()->getDeviceStats(device);
+  constexpr size_t kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  py::dict d;
+  d["allocated_bytes.all.current"] = stats.allocated_bytes[kAll].current;
+  d["allocated_bytes.all.peak"] = stats.allocated_bytes[kAll].peak;
+  d["allocated_bytes.all.allocated"] = stats.allocated_bytes[kAll].allocated;
+  d["allocated_bytes.all.freed"] = stats.allocated_bytes[kAll].freed;
+  d["reserved_bytes.all.current"] = stats.reserved_bytes[kAll].current;
+  d["reserved_bytes.all.peak"] = stats.reserved_bytes[kAll].peak;
+  d["num_device_alloc"] = stats.num_device_alloc;
+  d["num_device_free"] = stats.num_device_free;
+  return d;
+}
+
+py::dict device_properties(int device) {
+  aten::check_device_index(device);
+  auto& b = backend();
+  auto info = b.client().device_info(device);
+  auto mem = b.client().memory_stats(device);
+  py::dict d;
+  d["kind"] = info.kind;
+  d["description"] = info.description;
+  d["id"] = info.id;
+  d["bytes_limit"] = mem.bytes_limit;
+  d["bytes_in_use"] = mem.bytes_in_use;
+  return d;
+}
+
+py::dict plugin_info() {
+  auto& plugin = backend().client().plugin();
+  py::dict d;
+  d["path"] = plugin.path();
+  d["api_version"] = plugin.version_string();
+  d["platform_name"] = backend().client().platform_name();
+  d["platform_version"] = backend().client().platform_version();
+  py::dict attrs;
+  for (const auto& [k, v] : plugin.attributes()) attrs[py::str(k)] = v;
+  d["attributes"] = attrs;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_tpu native extension";
+  m.def("_configure", [](const std::string& platform, const std::string& plugin, int cpu_devices) {
+    engine::Backend::configure({platform, plugin, cpu_devices});
+  });
+  m.def("_register_ops", &aten::register_lowered_ops);
+  m.def("_lowered_ops", &aten::lowered_op_names);
+  m.def("_rule_names", &lower::rule_names);
+  m.def("_is_started", &engine::Backend::started);
+  m.def("_start", [] { backend(); }, py::call_guard<py::gil_scoped_release>());
+  m.def("_device_count", [] { return static_cast<int>(aten::device_count()); });
+  m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
+  m.def("_set_device", [](int device) {
+    aten::check_device_index(device);
+    aten::set_current_device(device);
+  });
+  m.def("_platform", [] { return engine::Backend::config().platform; });
+  m.def("_device_properties", &device_properties);
+  m.def("_plugin_info", &plugin_info);
+  m.def(
+      "_synchronize",
+      [](int device) {
+        if (!engine::Backend::started()) return;
+        auto& b = backend();
+        std::lock_guard<std::recursive_mutex> lock(b.mutex());
+        b.synchronize(device);
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def("_metrics", &metrics);
+  m.def("_reset_metrics", [] { engine::metrics().reset(); });
+  m.def("_memory_stats", &memory_stats);
+  m.def("_reset_peak_memory_stats", [](int device) { aten::tpu_allocator()->resetPeakStats(device); });
+  m.def("_set_precision", [](int p) { engine::set_precision(static_cast<hlo::Precision>(p)); });
+  m.def("_get_precision", [] { return static_cast<int>(engine::precision()); });
+  m.def("_set_fallback_mode", [](const std::string& mode) {
+    aten::set_fallback_mode(mode == "error"    ? aten::FallbackMode::Error
+                            : mode == "silent" ? aten::FallbackMode::Silent
+                                               : aten::FallbackMode::Warn);
+  });
+  m.def("_get_fallback_mode", [] {
+    auto mode = aten::fallback_mode();
+    return std::string(mode == aten::FallbackMode::Error    ? "error"
+                       : mode == aten::FallbackMode::Silent ? "silent"
+                                                            : "warn");
+  });
+  m.def("_default_generator", [](int device) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(aten::default_generator(device)));
+  });
+}

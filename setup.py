@@ -1,0 +1,35 @@
+"""Builds torch_tpu._C with CMake against the installed torch (no build isolation)."""
+
+import os
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name: str):
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext: Extension) -> None:
+        import torch
+
+        root = os.path.dirname(os.path.abspath(__file__))
+        build_dir = os.path.join(root, "build")
+        torch_dir = os.path.dirname(torch.__file__)
+        subprocess.check_call(
+            ["cmake", "-S", root, "-B", build_dir, "-G", "Ninja",
+             f"-DTORCH_DIR={torch_dir}", f"-DPython_EXECUTABLE={sys.executable}"]
+        )
+        subprocess.check_call(["cmake", "--build", build_dir, "--target", "_C"])
+        built = os.path.join(root, "torch_tpu", os.path.basename(self.get_ext_filename(ext.name)))
+        target = self.get_ext_fullpath(ext.name)
+        if os.path.abspath(built) != os.path.abspath(target):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            self.copy_file(built, target)
+
+
+setup(ext_modules=[CMakeExtension("torch_tpu._C")], cmdclass={"build_ext": CMakeBuild})

@@ -1,0 +1,68 @@
+"""torch_tpu: a native PyTorch backend for XLA devices (TPU, GPU, CPU) through PJRT.
+
+``import torch`` loads it (backend autoload); ``import torch_tpu`` does too. Tensors on
+``torch.device("tpu")`` run eagerly as cached XLA programs.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import torch  # noqa: E402
+
+from . import _C, _platform  # noqa: E402
+
+__version__ = "0.1.0"
+
+
+def _configure_backend() -> _platform.Selection:
+    selection = _platform.select()
+    if selection.platform == "cuda" and selection.plugin:
+        _platform.preload_cuda_libraries()
+    devices = int(os.environ.get("TORCH_TPU_NUM_DEVICES", "1"))
+    if devices < 1:
+        raise ValueError(f"TORCH_TPU_NUM_DEVICES must be at least 1, got {devices}")
+    _C._configure(selection.platform, selection.plugin or "", devices)
+    return selection
+
+
+def _register() -> None:
+    torch.utils.rename_privateuse1_backend("tpu")
+    from . import device_module
+
+    torch._register_device_module("tpu", device_module)
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+    from . import backends
+
+    backends._install()
+    _C._register_ops()
+    fallback = os.environ.get("TORCH_TPU_FALLBACK")
+    if fallback:
+        if fallback not in ("warn", "silent", "error"):
+            raise ValueError(f"TORCH_TPU_FALLBACK={fallback!r} is not warn, silent or error")
+        _C._set_fallback_mode(fallback)
+
+
+platform_selection = _configure_backend()
+_register()
+
+from .metrics import metrics, metrics_report, reset_metrics  # noqa: E402
+from .precision import Precision, _init_from_env  # noqa: E402
+
+_init_from_env()
+
+
+def platform() -> str:
+    """The platform that runs the ``tpu`` device: ``'tpu'``, ``'cuda'`` or ``'cpu'``."""
+    return platform_selection.platform
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing this module is the work."""
+
+
+__all__ = ["Precision", "metrics", "metrics_report", "platform", "reset_metrics"]

@@ -1,0 +1,131 @@
+"""Which PJRT plugin runs the ``tpu`` device: platform selection and plugin discovery.
+
+``TORCH_TPU_PLATFORM=auto|tpu|cuda|cpu`` picks the platform (``auto``: the first of
+tpu, cuda, cpu that has hardware); ``TORCH_TPU_PLUGIN=/path/plugin.so`` overrides the
+search. Nothing here loads a plugin: that happens on first device use.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+from dataclasses import dataclass
+
+PLATFORMS = ("tpu", "cuda", "cpu")
+
+
+@dataclass(frozen=True)
+class Selection:
+    platform: str
+    plugin: str | None  # None: no plugin package found
+    reason: str  # how the plugin was found, or why not
+
+
+def _package_dir(name: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def _find_tpu_plugin() -> str | None:
+    path = os.environ.get("TPU_LIBRARY_PATH")
+    if path and os.path.isfile(path):
+        return path
+    pkg = _package_dir("libtpu")
+    if pkg:
+        found = sorted(glob.glob(os.path.join(pkg, "libtpu*.so")))
+        if found:
+            return found[0]
+    return None
+
+
+def _find_cuda_plugin() -> str | None:
+    pkg = _package_dir("jax_plugins")
+    if not pkg:
+        return None
+    for version in ("xla_cuda13", "xla_cuda12"):
+        path = os.path.join(pkg, version, "xla_cuda_plugin.so")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _find_cpu_plugin() -> str | None:
+    pkg = _package_dir("lammps_jax_pjrt_cpu")
+    if pkg:
+        path = os.path.join(pkg, "pjrt_c_api_cpu_plugin.so")
+        if os.path.isfile(path):
+            return path
+    pkg = _package_dir("xla_plugins")
+    if pkg:
+        path = os.path.join(pkg, "xla_cpu_pjrt", "xla_cpu_pjrt.so")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+_FINDERS = {"tpu": _find_tpu_plugin, "cuda": _find_cuda_plugin, "cpu": _find_cpu_plugin}
+
+
+def _has_hardware(platform: str) -> bool:
+    if platform == "tpu":
+        return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+    if platform == "cuda":
+        return os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+    return True
+
+
+def select() -> Selection:
+    requested = os.environ.get("TORCH_TPU_PLATFORM", "auto").strip().lower() or "auto"
+    if requested not in PLATFORMS + ("auto",):
+        raise ValueError(
+            f"TORCH_TPU_PLATFORM={requested!r} is not one of auto, tpu, cuda, cpu"
+        )
+    override = os.environ.get("TORCH_TPU_PLUGIN")
+    if requested == "auto":
+        candidates = [p for p in PLATFORMS if _has_hardware(p) and _FINDERS[p]()]
+        platform = candidates[0] if candidates else "cpu"
+    else:
+        platform = requested
+    if override:
+        if not os.path.isfile(override):
+            raise FileNotFoundError(f"TORCH_TPU_PLUGIN={override} does not exist")
+        return Selection(platform, override, "TORCH_TPU_PLUGIN")
+    plugin = _FINDERS[platform]()
+    if plugin is None:
+        hint = {
+            "tpu": "pip install libtpu (or set TPU_LIBRARY_PATH)",
+            "cuda": "pip install jax-cuda13-pjrt",
+            "cpu": "pip install lammps-jax-pjrt-cpu",
+        }[platform]
+        return Selection(platform, None, f"no PJRT plugin for {platform}: {hint}")
+    return Selection(platform, plugin, "installed package")
+
+
+def preload_cuda_libraries() -> None:
+    """Loads the CUDA libraries of the nvidia-* wheels before the CUDA plugin needs them."""
+    import ctypes
+
+    roots = [_package_dir("nvidia")]
+    names = [
+        "libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13", "libcublasLt.so.13",
+        "libnccl.so.2", "libcupti.so.13", "libcusparse.so.12", "libcusolver.so.12",
+        "libcufft.so.12", "libnvshmem_host.so.3", "libcudnn.so.9",
+    ]
+    dirs = []
+    for root in filter(None, roots):
+        dirs += glob.glob(os.path.join(root, "*", "lib")) + glob.glob(os.path.join(root, "lib"))
+    for name in names:
+        for d in dirs:
+            path = os.path.join(d, name)
+            if os.path.exists(path):
+                try:
+                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                except OSError:
+                    pass
+                break

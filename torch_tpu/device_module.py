@@ -1,0 +1,235 @@
+"""``torch.tpu``: the device module of the ``tpu`` backend, modelled on ``torch.cuda``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import _C
+from .precision import Precision, get_precision, precision, set_precision
+
+__all__ = [
+    "Precision", "current_device", "default_generators", "device", "device_count",
+    "empty_cache", "get_amp_supported_dtype", "get_device_name", "get_device_properties",
+    "get_precision", "get_rng_state", "get_rng_state_all", "init", "initial_seed",
+    "is_available", "is_initialized", "manual_seed", "manual_seed_all",
+    "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
+    "memory_reserved", "memory_stats", "precision", "reset_peak_memory_stats", "seed",
+    "seed_all", "set_device", "set_precision", "set_rng_state", "set_rng_state_all",
+    "synchronize",
+]
+
+
+def _index(device: Any = None) -> int:
+    """Device index of ``device`` (None: the current device)."""
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "tpu":
+            raise ValueError(f"expected a tpu device, got {device}")
+        return current_device() if device.index is None else device.index
+    raise TypeError(f"expected a device, an index or None, got {type(device).__name__}")
+
+
+def is_available() -> bool:
+    return device_count() > 0
+
+
+def is_initialized() -> bool:
+    return _C._is_started()
+
+
+def init() -> None:
+    """Starts the backend now (it otherwise starts on first use)."""
+    _C._start()
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device: Any) -> None:
+    _C._set_device(_index(device))
+
+
+class device:
+    """Context manager that makes ``device`` current, like ``torch.cuda.device``."""
+
+    def __init__(self, device: Any):
+        self.idx = -1 if device is None else _index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = current_device()
+        if self.idx >= 0 and self.idx != self.prev_idx:
+            set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.idx >= 0 and self.idx != self.prev_idx:
+            set_device(self.prev_idx)
+        return False
+
+
+def synchronize(device: Any = None) -> None:
+    """Waits for all work launched on ``device``; raises failures of asynchronous execution."""
+    _C._synchronize(_index(device))
+
+
+# ---------------------------------------------------------------- properties
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    name: str
+    platform: str
+    total_memory: int
+    multi_processor_count: int = 1
+
+    def __repr__(self) -> str:
+        return (
+            f"_TpuDeviceProperties(name='{self.name}', platform='{self.platform}', "
+            f"total_memory={self.total_memory // (1024 * 1024)}MB)"
+        )
+
+
+def _host_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def get_device_properties(device: Any = None) -> DeviceProperties:
+    props = _C._device_properties(_index(device))
+    platform = _C._platform()
+    total = props["bytes_limit"] if props["bytes_limit"] > 0 else _host_memory()
+    return DeviceProperties(name=get_device_name(device), platform=platform, total_memory=total)
+
+
+def get_device_name(device: Any = None) -> str:
+    """What actually runs the device: e.g. ``'TPU v6 lite'`` or ``'XLA CPU (cpu platform)'``."""
+    props = _C._device_properties(_index(device))
+    platform = _C._platform()
+    kind = props["kind"]
+    if platform == "cpu":
+        return f"XLA {kind.upper()} (cpu platform)"
+    if platform == "cuda":
+        return f"{kind} (cuda platform)"
+    return kind
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.bfloat16, torch.float16]
+
+
+# ---------------------------------------------------------------- random
+
+
+def _generator(device: Any = None) -> torch.Generator:
+    return _C._default_generator(_index(device))
+
+
+def default_generators_tuple() -> tuple[torch.Generator, ...]:
+    return tuple(_C._default_generator(i) for i in range(device_count()))
+
+
+def manual_seed(seed: int) -> None:
+    _generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for i in range(device_count()):
+        _C._default_generator(i).manual_seed(int(seed))
+
+
+def seed() -> None:
+    _generator().seed()
+
+
+def seed_all() -> None:
+    s = _generator().seed()
+    for i in range(device_count()):
+        _C._default_generator(i).manual_seed(s)
+
+
+def initial_seed() -> int:
+    return _generator().initial_seed()
+
+
+def get_rng_state(device: Any = "tpu") -> torch.Tensor:
+    return _generator(device).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "tpu") -> None:
+    _generator(device).set_state(new_state.clone())
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+def _is_in_bad_fork() -> bool:
+    return False
+
+
+# ---------------------------------------------------------------- memory
+
+
+def memory_stats(device: Any = None) -> dict[str, int]:
+    return dict(_C._memory_stats(_index(device)))
+
+
+def memory_allocated(device: Any = None) -> int:
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device: Any = None) -> int:
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    _C._reset_peak_memory_stats(_index(device))
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) bytes of ``device``."""
+    props = _C._device_properties(_index(device))
+    if props["bytes_limit"] > 0:
+        total = props["bytes_limit"]
+        return total - props["bytes_in_use"], total
+    total = _host_memory()
+    free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    return free, total
+
+
+def empty_cache() -> None:
+    """Nothing to release: device buffers are freed as soon as no tensor holds them."""
+    synchronize()
+
+
+def __getattr__(name: str):
+    if name == "default_generators":
+        return default_generators_tuple()
+    raise AttributeError(f"module 'torch.tpu' has no attribute '{name}'")
