@@ -1,0 +1,51 @@
+# `make demo` trains a small model on the tpu device; `make test` runs every test.
+# Both create .venv on first use and build the extension against its torch.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+BUILD := build
+STAMP := $(VENV)/.requirements-installed
+TORCH_DIR = $(shell $(PY) -c "import torch, os; print(os.path.dirname(torch.__file__))")
+PLUGIN = $(shell $(PY) -c "import torch_tpu._platform as p; print(p.select().plugin or '')")
+
+.PHONY: all venv build demo test cpp-test py-test lint clean
+
+all: build
+
+$(STAMP): requirements.txt requirements-plugin.txt
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -r requirements.txt
+	$(PIP) install --quiet --no-deps -r requirements-plugin.txt
+	touch $@
+
+venv: $(STAMP)
+
+$(BUILD)/build.ninja: $(STAMP) CMakeLists.txt
+	$(VENV)/bin/cmake -S . -B $(BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) \
+		-DTORCH_DIR=$(TORCH_DIR) -DPython_EXECUTABLE=$(abspath $(PY))
+
+# Incremental: ninja rebuilds only what changed. The editable install registers
+# the torch.backends entry point (autoload on `import torch`).
+build: $(BUILD)/build.ninja
+	flock $(BUILD)/.lock $(VENV)/bin/ninja -C $(BUILD)
+	@test -f $(VENV)/.editable || ($(PIP) install --quiet --no-build-isolation --no-deps -e . && touch $(VENV)/.editable)
+
+demo: build
+	$(PY) examples/train_demo.py
+
+cpp-test: build
+	TORCH_TPU_PLUGIN=$(PLUGIN) $(BUILD)/tpu_core_tests
+
+py-test: build
+	$(PY) -m pytest -q tests
+
+test: cpp-test py-test
+
+lint: venv
+	$(VENV)/bin/ruff check torch_tpu tests benchmarks examples
+	clang-format --dry-run --Werror csrc/*/*.h csrc/*/*.cpp tests/cpp/*.cpp tests/cpp/*.h
+
+clean:
+	rm -rf $(BUILD) torch_tpu/_C*.so

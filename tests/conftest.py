@@ -1,0 +1,24 @@
+import os
+import tempfile
+
+# Op tests compare float32 against the CPU exactly; the tpu default (one bf16
+# pass) is tested on its own in test_precision.py.
+os.environ.setdefault("TORCH_TPU_PRECISION", "HIGHEST")
+# Each test session locks the devices in its own directory, so concurrent
+# sessions (and subprocesses started by tests) do not collide.
+os.environ.setdefault("TORCH_TPU_LOCK_DIR", tempfile.mkdtemp(prefix="torch_tpu_locks_"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import torch_tpu  # noqa: E402, F401
+
+
+@pytest.fixture
+def no_fallback():
+    """Fails the test if any op fell back to the CPU inside it."""
+    before = dict(torch_tpu.metrics()["fallbacks"])
+    yield
+    after = torch_tpu.metrics()["fallbacks"]
+    new = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
+    assert not new, f"ops fell back to the CPU: {new}"
