@@ -4,6 +4,7 @@
 
 #include "aten/tensor_bridge.h"
 #include "engine/backend.h"
+#include "engine/storage_ops.h"
 
 namespace torch_tpu::aten {
 
@@ -56,8 +57,10 @@ class TpuAllocator final : public c10::DeviceAllocator {
       s.reserved_bytes[kAggregate].increase(delta);
       s.num_device_alloc++;
     } else {
-      s.allocated_bytes[kAggregate].decrease(-delta);
-      s.reserved_bytes[kAggregate].decrease(-delta);
+      // Never below zero: this runs in deleters, which must not throw.
+      int64_t d = std::min(-delta, s.allocated_bytes[kAggregate].current);
+      s.allocated_bytes[kAggregate].decrease(d);
+      s.reserved_bytes[kAggregate].decrease(std::min(-delta, s.reserved_bytes[kAggregate].current));
       s.num_device_free++;
     }
   }
@@ -91,10 +94,13 @@ TpuAllocator& TpuAllocator::instance() { return g_allocator; }
 
 c10::DeviceAllocator* tpu_allocator() { return &g_allocator; }
 
-void account_resize(engine::StorageSlot* slot, size_t new_nbytes) {
-  g_allocator.record(slot->device, static_cast<int64_t>(new_nbytes) -
-                                       static_cast<int64_t>(slot->nbytes));
-  slot->nbytes = new_nbytes;
+void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
+  auto* slot = static_cast<engine::StorageSlot*>(storage->data_ptr().get_context());
+  TORCH_CHECK(slot, "tpu storage has no slot");
+  int64_t delta = static_cast<int64_t>(nbytes) - static_cast<int64_t>(slot->nbytes);
+  engine::resize_storage(*slot, nbytes);
+  g_allocator.record(slot->device, delta);
+  storage->set_nbytes(nbytes);
 }
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);

@@ -10,7 +10,8 @@ namespace torch_tpu::aten {
 
 c10::DeviceAllocator* tpu_allocator();
 
-// Called when a storage's size changes (resize_) to keep statistics right.
-void account_resize(engine::StorageSlot* slot, size_t new_nbytes);
+// Grows or shrinks a tpu storage (contents kept, new bytes read as zero) and
+// keeps the memory statistics right.
+void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);
 
 }  // namespace torch_tpu::aten

@@ -1,5 +1,6 @@
 // Copies into, out of and between `tpu` tensors, and reading scalars.
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 
 #include "aten/tensor_bridge.h"
 #include "engine/executor.h"
@@ -56,6 +57,8 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
 
   if (is_tpu(self) && is_tpu(src)) {
     if (self.device() == src.device()) {
+      at::assert_no_internal_overlap(self);
+      at::assert_no_partial_overlap(self, src);
       copy_on_device(self, src);
     } else {
       // Move a dense copy across, then write it into place.

@@ -46,15 +46,13 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
 }  // namespace
 }  // namespace torch_tpu::aten
 
-#include "engine/storage_ops.h"
+#include "aten/allocator.h"
 
 namespace torch_tpu::aten {
 namespace {
 
 void TpuHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const {
-  auto* slot = static_cast<engine::StorageSlot*>(storage.data_ptr().get_context());
-  engine::resize_storage(*slot, newsize);
-  storage.unsafeGetStorageImpl()->set_nbytes(newsize);
+  resize_storage_bytes(storage.unsafeGetStorageImpl(), newsize);
 }
 
 const bool registered = [] {

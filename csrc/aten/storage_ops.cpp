@@ -6,7 +6,6 @@
 #include "aten/allocator.h"
 #include "aten/device.h"
 #include "aten/tensor_bridge.h"
-#include "engine/storage_ops.h"
 
 namespace torch_tpu::aten {
 
@@ -44,12 +43,7 @@ void ensure_storage(const at::Tensor& self, size_t nbytes) {
   c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
   if (nbytes <= storage->nbytes()) return;
   TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
-  auto* slot = slot_of(self);
-  size_t old = slot->nbytes;
-  engine::resize_storage(*slot, nbytes);
-  slot->nbytes = old;
-  account_resize(slot, nbytes);
-  storage->set_nbytes(nbytes);
+  resize_storage_bytes(storage, nbytes);
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,

@@ -30,9 +30,11 @@ BackendConfig& mutable_config() {
   return config;
 }
 
+// Never destroyed: at process exit, tensors still holding device buffers are
+// freed after static destructors run, and they need the client alive.
 std::unique_ptr<Backend>& instance() {
-  static std::unique_ptr<Backend> backend;
-  return backend;
+  static auto* backend = new std::unique_ptr<Backend>();
+  return *backend;
 }
 
 bool env_flag(const char* name) {

@@ -291,9 +291,10 @@ Plan build(const OpCall& call, const Signature& sig) {
   return plan;
 }
 
+// Leaked on purpose: executables must outlive every static destructor.
 std::unordered_map<std::string, Plan>& plans() {
-  static std::unordered_map<std::string, Plan> cache;
-  return cache;
+  static auto* cache = new std::unordered_map<std::string, Plan>();
+  return *cache;
 }
 
 }  // namespace

@@ -16,8 +16,8 @@ namespace {
 // Cached programs of the storage ops, by their shape signature.
 std::shared_ptr<runtime::Executable> cached(const std::string& key,
                                             const std::function<std::string()>& text) {
-  static std::map<std::string, std::shared_ptr<runtime::Executable>> programs;
-  auto& exe = programs[key];
+  static auto* programs = new std::map<std::string, std::shared_ptr<runtime::Executable>>();
+  auto& exe = (*programs)[key];
   if (!exe) exe = Backend::get().compile(text(), /*fast=*/true);
   return exe;
 }

@@ -43,9 +43,10 @@ std::string named_value_text(const PJRT_NamedValue& v) {
 
 const Plugin& Plugin::load(const std::string& path) {
   static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<Plugin>> loaded;
+  // Leaked: buffers freed during process exit still call into the plugin.
+  static auto* loaded = new std::map<std::string, std::unique_ptr<Plugin>>();
   std::lock_guard<std::mutex> lock(mutex);
-  auto& plugin = loaded[path];
+  auto& plugin = (*loaded)[path];
   if (!plugin) plugin.reset(new Plugin(path));
   return *plugin;
 }

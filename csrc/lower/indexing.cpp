@@ -1,0 +1,215 @@
+// Indexing by tensors: gather/scatter along a dimension and advanced
+// indexing (x[idx], x[idx] = v). Indices are wrapped like PyTorch (-1 is the
+// last element).
+#include <numeric>
+
+#include "lower/helpers.h"
+
+namespace torch_tpu::lower {
+
+namespace {
+
+// s64 indices with negative values wrapped by `size`.
+Value wrap_index(Builder& b, const Value& index, int64_t size) {
+  Value i = convert(b, index, ElementType::S64);
+  Value negative = b.compare(i, b.full(i.shape, 0), hlo::Comparison::LT);
+  return b.select(negative, b.add(i, b.full(i.shape, static_cast<double>(size))), i);
+}
+
+// Full coordinates for gather/scatter along `dim`: for every element of
+// `index`, its own position in all dims but `dim`, where it takes the index.
+Value coordinates(Builder& b, const Value& index, int64_t dim, int64_t dim_size) {
+  Dims with_vector = index.dims();
+  with_vector.push_back(1);
+  std::vector<Value> coords;
+  for (int64_t d = 0; d < index.rank(); ++d) {
+    Value coord = d == dim ? wrap_index(b, index, dim_size)
+                           : b.iota({ElementType::S64, index.dims()}, d);
+    coords.push_back(b.reshape(coord, with_vector));
+  }
+  return b.concatenate(coords, index.rank());
+}
+
+Value point_gather(Builder& b, const Value& operand, const Value& coords) {
+  int64_t rank = operand.rank();
+  Dims all(rank);
+  std::iota(all.begin(), all.end(), 0);
+  return b.gather(operand, coords, hlo::GatherDims{{}, all, all, coords.rank() - 1},
+                  Dims(rank, 1));
+}
+
+Value point_scatter(Builder& b, const Value& operand, const Value& coords, const Value& updates,
+                    const hlo::RegionFn& combine) {
+  int64_t rank = operand.rank();
+  Dims all(rank);
+  std::iota(all.begin(), all.end(), 0);
+  return b.scatter(operand, coords, updates, hlo::ScatterDims{{}, all, all, coords.rank() - 1},
+                   combine);
+}
+
+hlo::RegionFn replace() {
+  return [](Builder&, const std::vector<Value>& v) -> std::vector<Value> { return {v[1]}; };
+}
+
+hlo::RegionFn combiner(const std::string& reduce) {
+  if (reduce == "add" || reduce == "sum") {
+    return [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
+      return {r.add(v[0], v[1])};
+    };
+  }
+  if (reduce == "multiply" || reduce == "prod") {
+    return [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
+      return {r.mul(v[0], v[1])};
+    };
+  }
+  if (reduce == "amax") {
+    return [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
+      return {r.max(v[0], v[1])};
+    };
+  }
+  if (reduce == "amin") {
+    return [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
+      return {r.min(v[0], v[1])};
+    };
+  }
+  throw Unsupported("scatter reduce '" + reduce + "'");
+}
+
+// gather(self, int dim, Tensor index, *, bool sparse_grad=False)
+std::vector<Value> gather(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  Value index = a.tensor(2);
+  if (x.rank() == 0) x = c.b.reshape(x, {1});
+  if (index.rank() == 0) index = c.b.reshape(index, {1});
+  int64_t dim = wrap_dim(a.integer(1), x.rank());
+  if (index.shape.numel() == 0) return {c.b.full(c.output(0), 0)};
+  Value out = point_gather(c.b, x, coordinates(c.b, index, dim, x.dim(dim)));
+  return {c.b.reshape(out, c.output(0).dims)};
+}
+
+// The part of `src` that index covers (src may be larger).
+Value updates_for(Builder& b, const Value& src, const Value& index, ElementType type) {
+  Value v = convert(b, src, type);
+  if (v.rank() == 0) return b.broadcast_in_dim(v, index.dims(), {});
+  return b.slice(v, Dims(v.rank(), 0), index.dims(), Dims(v.rank(), 1));
+}
+
+Value scatter_with(Context& c, const Args& a, const Value& src, const hlo::RegionFn& combine) {
+  Value x = a.tensor(0);
+  Value index = a.tensor(2);
+  const Shape& out = c.output(0);
+  if (index.shape.numel() == 0) return x;
+  bool scalar = x.rank() == 0;
+  if (scalar) x = c.b.reshape(x, {1});
+  if (index.rank() == 0) index = c.b.reshape(index, {1});
+  int64_t dim = wrap_dim(a.integer(1), x.rank());
+  Value s = src.rank() == 0 ? src : (src.rank() == index.rank() ? src : c.b.reshape(src, index.dims()));
+  Value y = point_scatter(c.b, x, coordinates(c.b, index, dim, x.dim(dim)),
+                          updates_for(c.b, s, index, x.type()), combine);
+  return c.b.reshape(y, out.dims);
+}
+
+// scatter.src(self, dim, index, src) / scatter.value(self, dim, index, value)
+std::vector<Value> scatter(Context& c, const Args& a) {
+  return {scatter_with(c, a, a.tensor(3), replace())};
+}
+
+// scatter.reduce(self, dim, index, src, *, str reduce) / scatter.value_reduce
+std::vector<Value> scatter_reduce_legacy(Context& c, const Args& a) {
+  return {scatter_with(c, a, a.tensor(3), combiner(a.str(4)))};
+}
+
+// scatter_add(self, dim, index, src)
+std::vector<Value> scatter_add(Context& c, const Args& a) {
+  return {scatter_with(c, a, a.tensor(3), combiner("sum"))};
+}
+
+// ---------------------------------------------------------------- advanced
+
+struct Advanced {
+  Dims indexed;           // dims of self that are indexed
+  Value indices;          // broadcast indices stacked on a last axis, s64
+  Dims batch;             // broadcast shape of the index tensors
+  Dims offset_dims;       // where the kept dims of self land in the result
+  Dims slice_sizes;
+};
+
+Advanced advanced(Builder& b, const Value& x, const std::vector<std::optional<Operand>>& list) {
+  Advanced adv;
+  std::vector<Value> idx;
+  for (size_t d = 0; d < list.size(); ++d) {
+    if (!list[d]) continue;
+    if (list[d]->value.type() == ElementType::Pred || list[d]->value.type() == ElementType::U8) {
+      throw Unsupported("boolean mask indices");
+    }
+    adv.indexed.push_back(static_cast<int64_t>(d));
+    idx.push_back(wrap_index(b, list[d]->value, x.dim(static_cast<int64_t>(d))));
+  }
+  idx = broadcast_all(b, idx);
+  adv.batch = idx[0].dims();
+  Dims with_vector = adv.batch;
+  with_vector.push_back(1);
+  for (Value& v : idx) v = b.reshape(v, with_vector);
+  adv.indices = b.concatenate(idx, static_cast<int64_t>(adv.batch.size()));
+  // Adjacent indexed dims keep their place; otherwise the batch dims lead.
+  bool adjacent = adv.indexed.back() - adv.indexed.front() + 1 ==
+                  static_cast<int64_t>(adv.indexed.size());
+  int64_t batch_at = adjacent ? adv.indexed.front() : 0;
+  int64_t pos = 0;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    bool is_indexed = std::find(adv.indexed.begin(), adv.indexed.end(), d) != adv.indexed.end();
+    adv.slice_sizes.push_back(is_indexed ? 1 : x.dim(d));
+    if (is_indexed) continue;
+    if (pos == batch_at) pos += static_cast<int64_t>(adv.batch.size());
+    adv.offset_dims.push_back(pos++);
+  }
+  return adv;
+}
+
+// index.Tensor(self, Tensor?[] indices)
+std::vector<Value> index(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  Advanced adv = advanced(c.b, x, a.operand_list(1));
+  int64_t ivd = static_cast<int64_t>(adv.batch.size());
+  return {c.b.gather(x, adv.indices,
+                     hlo::GatherDims{adv.offset_dims, adv.indexed, adv.indexed, ivd},
+                     adv.slice_sizes)};
+}
+
+// index_put(self, Tensor?[] indices, Tensor values, bool accumulate=False)
+std::vector<Value> index_put(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  Advanced adv = advanced(c.b, x, a.operand_list(1));
+  int64_t ivd = static_cast<int64_t>(adv.batch.size());
+  // Updates have the shape x[indices] would have.
+  Dims update_dims(adv.offset_dims.size() + adv.batch.size());
+  size_t next_batch = 0, next_kept = 0;
+  Dims kept;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    if (std::find(adv.indexed.begin(), adv.indexed.end(), d) == adv.indexed.end()) {
+      kept.push_back(x.dim(d));
+    }
+  }
+  for (size_t i = 0; i < update_dims.size(); ++i) {
+    bool is_offset =
+        std::find(adv.offset_dims.begin(), adv.offset_dims.end(), static_cast<int64_t>(i)) !=
+        adv.offset_dims.end();
+    update_dims[i] = is_offset ? kept[next_kept++] : adv.batch[next_batch++];
+  }
+  Value values = broadcast_to(c.b, convert(c.b, a.tensor(2), x.type()), update_dims);
+  bool accumulate = !a.is_none(3) && a.boolean(3);
+  return {c.b.scatter(x, adv.indices, values,
+                      hlo::ScatterDims{adv.offset_dims, adv.indexed, adv.indexed, ivd},
+                      accumulate ? combiner("sum") : replace())};
+}
+
+}  // namespace
+
+TPU_LOWERING(gather, "gather");
+TPU_LOWERING(scatter, "scatter.src", "scatter.value");
+TPU_LOWERING(scatter_reduce_legacy, "scatter.reduce", "scatter.value_reduce");
+TPU_LOWERING(scatter_add, "scatter_add");
+TPU_LOWERING(index, "index.Tensor");
+TPU_LOWERING(index_put, "index_put");
+
+}  // namespace torch_tpu::lower

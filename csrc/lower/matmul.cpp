@@ -1,0 +1,208 @@
+// Matrix products (mm, bmm, mv, dot and their add* forms) and the precision
+// helper they share with convolutions (see matmul.h).
+#include "lower/matmul.h"
+
+#include <functional>
+
+#include "lower/helpers.h"
+
+namespace torch_tpu::lower {
+
+namespace {
+
+// One bilinear product (a dot_general or a convolution) of two operands at a
+// given precision_config, returning `result` elements.
+using Product =
+    std::function<Value(const Value&, const Value&, Precision, ElementType)>;
+
+// Rounds float32 values to the nearest bfloat16 (ties to even), keeping them
+// in float32. Spelled in integer arithmetic: a compiler allowed excess
+// precision (XLA's default, xla_allow_excess_precision) may drop a plain
+// f32 -> bf16 -> f32 convert pair, and the rounding is the point. NaNs pass
+// through unchanged (the bias could carry a NaN's payload into the exponent).
+Value round_to_bf16(Builder& b, const Value& x) {
+  const Dims& d = x.dims();
+  auto u32 = [&](int64_t v) { return b.full({ElementType::U32, d}, static_cast<double>(v)); };
+  Value bits = b.bitcast_convert(x, ElementType::U32);
+  Value shift = b.binary("shift_right_logical", bits, u32(16));
+  Value odd = b.and_(shift, u32(1));
+  Value rounded = b.and_(b.add(bits, b.add(u32(0x7FFF), odd)), u32(0xFFFF0000));
+  Value y = b.bitcast_convert(rounded, ElementType::F32);
+  return b.select(b.compare(x, x, hlo::Comparison::NE), x, y);
+}
+
+// x = hi + lo with hi = bf16(x), lo = bf16(x - hi): the two bf16 terms of a
+// TPU's multi-pass float32 product (x - hi is exact in float32).
+std::pair<Value, Value> split_bf16(Builder& b, const Value& x) {
+  Value hi = round_to_bf16(b, x);
+  return {hi, round_to_bf16(b, b.sub(x, hi))};
+}
+
+// A float32 product with TPU numerics, spelled out for platforms whose
+// matrix units ignore precision_config. Each pass multiplies bf16 values
+// exactly and accumulates in float32, as the MXU does; HIGHEST keeps the
+// passes so no platform substitutes a faster, less precise mode (TF32).
+Value emulated_f32(Precision p, const Value& lhs, const Value& rhs, Builder& b,
+                   const Product& product) {
+  auto pass = [&](const Value& l, const Value& r) {
+    return product(l, r, Precision::Highest, ElementType::F32);
+  };
+  switch (p) {
+    case Precision::Default:
+      return pass(round_to_bf16(b, lhs), round_to_bf16(b, rhs));
+    case Precision::High: {
+      auto [lhs_hi, lhs_lo] = split_bf16(b, lhs);
+      auto [rhs_hi, rhs_lo] = split_bf16(b, rhs);
+      // The small cross terms first, as a TPU sums them before the main one.
+      Value cross = b.add(pass(lhs_hi, rhs_lo), pass(lhs_lo, rhs_hi));
+      return b.add(cross, pass(lhs_hi, rhs_hi));
+    }
+    case Precision::Highest:
+      break;
+  }
+  return pass(lhs, rhs);
+}
+
+// complex64 = two float32 parts: four real products at the same precision.
+Value emulated_c64(Precision p, const Value& lhs, const Value& rhs, Builder& b,
+                   const Product& product) {
+  auto real = [&](const Value& l, const Value& r) { return emulated_f32(p, l, r, b, product); };
+  Value lr = b.real(lhs), li = b.imag(lhs), rr = b.real(rhs), ri = b.imag(rhs);
+  return b.complex(b.sub(real(lr, rr), real(li, ri)), b.add(real(lr, ri), real(li, rr)));
+}
+
+Value with_precision(Context& c, Value lhs, Value rhs, ElementType result,
+                     const Product& product) {
+  Builder& b = c.b;
+  ElementType t = promote_types(lhs.type(), rhs.type());
+  if (t == ElementType::Pred) throw Unsupported("matrix products of bool tensors");
+  lhs = convert(b, lhs, t);
+  rhs = convert(b, rhs, t);
+  Value out;
+  if (t == ElementType::F32 || t == ElementType::C64) {
+    if (c.platform() == "tpu") {
+      out = product(lhs, rhs, c.precision(), t);
+    } else if (t == ElementType::F32) {
+      out = emulated_f32(c.precision(), lhs, rhs, b, product);
+    } else if (c.precision() == Precision::Highest) {
+      out = product(lhs, rhs, Precision::Highest, t);
+    } else {
+      out = emulated_c64(c.precision(), lhs, rhs, b, product);
+    }
+  } else if (t == ElementType::BF16 || t == ElementType::F16) {
+    // PyTorch accumulates half types in float32. A TPU multiplies bf16
+    // natively; elsewhere float32 operands keep every product exact.
+    if (c.platform() == "tpu") {
+      out = product(lhs, rhs, Precision::Highest, ElementType::F32);
+    } else {
+      out = product(convert(b, lhs, ElementType::F32), convert(b, rhs, ElementType::F32),
+                    Precision::Highest, ElementType::F32);
+    }
+  } else {
+    // f64, c128 and integers (which wrap like PyTorch's in their own type).
+    out = product(lhs, rhs, Precision::Highest, t);
+  }
+  return convert(b, out, result);
+}
+
+}  // namespace
+
+Value dot(Context& c, const Value& lhs, const Value& rhs, const hlo::DotDims& dims,
+          ElementType result) {
+  Builder& b = c.b;
+  return with_precision(c, lhs, rhs, result,
+                        [&](const Value& l, const Value& r, Precision p, ElementType t) {
+                          return b.dot_general(l, r, dims, p, t);
+                        });
+}
+
+Value conv(Context& c, const Value& lhs, const Value& rhs, const hlo::ConvDims& dims,
+           const hlo::ConvConfig& config, ElementType result) {
+  Builder& b = c.b;
+  return with_precision(c, lhs, rhs, result,
+                        [&](const Value& l, const Value& r, Precision p, ElementType t) {
+                          return b.convolution(l, r, dims, config, p, t);
+                        });
+}
+
+namespace {
+
+// Type the products are summed (and scaled) in before rounding to the result.
+ElementType compute_type(Context& c) { return accumulation_type(c.output(0).type); }
+
+Value conj(Builder& b, const Value& x) {
+  if (!is_complex(x.type())) return x;
+  return b.complex(b.real(x), b.neg(b.imag(x)));
+}
+
+// beta * self + alpha * product, in the type of `product`. beta == 0 ignores
+// `self` entirely (NaN and inf included), as PyTorch documents for the add*
+// family. beta and alpha are runtime scalars: new values do not recompile.
+Value scale_add(Builder& b, const Operand& self, const Value& product, const Operand& beta,
+                const Operand& alpha) {
+  ElementType t = product.type();
+  Value s = broadcast_to(b, convert(b, self.value, t), product.dims());
+  Value beta_t = convert(b, beta.value, t);
+  Value zero = b.constant(0.0, t);
+  Value scaled_self = b.mul(broadcast_to(b, beta_t, s.dims()), s);
+  Value ignored = b.compare(beta_t, zero, hlo::Comparison::EQ);
+  scaled_self = b.select(ignored, full_like(b, s, 0.0), scaled_self);
+  Value alpha_t = broadcast_to(b, convert(b, alpha.value, t), product.dims());
+  return b.add(scaled_self, b.mul(alpha_t, product));
+}
+
+const hlo::DotDims kMatrix{{}, {}, {1}, {0}};        // [n,m] x [m,p]
+const hlo::DotDims kBatched{{0}, {0}, {2}, {1}};     // [b,n,m] x [b,m,p]
+const hlo::DotDims kBatchSum{{}, {}, {0, 2}, {0, 1}};  // sum over b of the above
+const hlo::DotDims kVector{{}, {}, {0}, {0}};        // [m] . [m]
+
+// mm(self, mat2)
+std::vector<Value> mm(Context& c, const Args& a) {
+  return {dot(c, a.tensor(0), a.tensor(1), kMatrix, c.output(0).type)};
+}
+
+// bmm(self, mat2)
+std::vector<Value> bmm(Context& c, const Args& a) {
+  return {dot(c, a.tensor(0), a.tensor(1), kBatched, c.output(0).type)};
+}
+
+// mv(self, vec)
+std::vector<Value> mv(Context& c, const Args& a) {
+  return {dot(c, a.tensor(0), a.tensor(1), kMatrix, c.output(0).type)};
+}
+
+// dot(self, tensor)
+std::vector<Value> vector_dot(Context& c, const Args& a) {
+  return {dot(c, a.tensor(0), a.tensor(1), kVector, c.output(0).type)};
+}
+
+// vdot(self, other): conjugates self.
+std::vector<Value> vdot(Context& c, const Args& a) {
+  return {dot(c, conj(c.b, a.tensor(0)), a.tensor(1), kVector, c.output(0).type)};
+}
+
+// addmm / baddbmm / addbmm / addmv(self, x, y, *, beta, alpha): the product
+// of x and y under `dims`, scaled and added to self.
+Value add_product(Context& c, const Args& a, const hlo::DotDims& dims) {
+  Value product = dot(c, a.tensor(1), a.tensor(2), dims, compute_type(c));
+  return scale_add(c.b, a.operand(0), product, a.operand(3), a.operand(4));
+}
+
+std::vector<Value> addmm(Context& c, const Args& a) { return {add_product(c, a, kMatrix)}; }
+std::vector<Value> baddbmm(Context& c, const Args& a) { return {add_product(c, a, kBatched)}; }
+std::vector<Value> addbmm(Context& c, const Args& a) { return {add_product(c, a, kBatchSum)}; }
+std::vector<Value> addmv(Context& c, const Args& a) { return {add_product(c, a, kMatrix)}; }
+
+}  // namespace
+
+TPU_LOWERING_PRECISION(mm, "mm");
+TPU_LOWERING_PRECISION(bmm, "bmm");
+TPU_LOWERING_PRECISION(mv, "mv");
+TPU_LOWERING_PRECISION(vector_dot, "dot");
+TPU_LOWERING_PRECISION(vdot, "vdot");
+TPU_LOWERING_PRECISION(addmm, "addmm");
+TPU_LOWERING_PRECISION(baddbmm, "baddbmm");
+TPU_LOWERING_PRECISION(addbmm, "addbmm");
+TPU_LOWERING_PRECISION(addmv, "addmv");
+
+}  // namespace torch_tpu::lower

@@ -1,0 +1,586 @@
+// Reductions: sums and products, extrema and their indices, statistics,
+// boolean reductions, norms and cumulative scans.
+//
+// Conventions shared by the rules below:
+// - PyTorch's meta kernel already decided the result dtype and shape, so a
+//   rule casts its input to the result dtype first (that is what `dtype=`
+//   means in PyTorch), accumulates in `accumulation_type` (f32 for f16/bf16)
+//   and reshapes the reduced value to the expected result (keepdim only
+//   inserts ones, so a reshape covers both forms).
+// - Floating-point extrema propagate NaN, as PyTorch's do.
+// - The meta kernels accept a few calls that PyTorch's CPU kernels reject
+//   (max() of an empty tensor, var of integers, ...); those rules raise
+//   PyTorch's own message rather than return a made-up value.
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <limits>
+
+#include "lower/helpers.h"
+
+namespace torch_tpu::lower {
+
+namespace {
+
+using hlo::Comparison;
+using Values = std::vector<Value>;
+
+[[noreturn]] void fail(const std::string& message) { throw std::invalid_argument(message); }
+
+// ---------------------------------------------------------------- shapes
+
+Dims all_dims(int64_t rank) { return reduction_dims({}, rank); }
+
+// `int[1]? dim`: None and [] both mean every dimension.
+Dims dims_or_all(const Args& a, size_t i, int64_t rank) {
+  return a.is_none(i) ? all_dims(rank) : reduction_dims(a.ints(i), rank);
+}
+
+int64_t count(const Dims& shape, const Dims& reduced) {
+  int64_t n = 1;
+  for (int64_t d : reduced) n *= shape[d];
+  return n;
+}
+
+// The reduced value shaped as result `i` (keepdim or not).
+Value fit(Context& c, const Value& v, size_t i = 0) { return c.b.reshape(v, c.output(i).dims); }
+
+// A value reduced over `reduced` broadcast back to `shape`.
+Value expand_reduced(Builder& b, const Value& v, const Dims& shape, const Dims& reduced) {
+  Dims kept;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) kept.push_back(d);
+  }
+  return b.broadcast_in_dim(v, shape, kept);
+}
+
+// The input cast to the result dtype `out` (PyTorch casts before reducing),
+// then widened to the accumulation type.
+Value accumuland(Builder& b, const Value& x, ElementType out) {
+  return convert(b, convert(b, x, out), accumulation_type(out));
+}
+
+// ---------------------------------------------------------------- elementwise pieces
+
+Value is_nan(Builder& b, const Value& x) { return b.compare(x, x, Comparison::NE); }
+
+Value nonzero(Builder& b, const Value& x) {
+  if (x.type() == ElementType::Pred) return x;
+  return b.compare(x, full_like(b, x, 0), Comparison::NE);
+}
+
+// Scalar `s` broadcast to the shape of `like`, in the type of `like`.
+Value splat(Builder& b, const Value& s, const Value& like) {
+  return broadcast_to(b, convert(b, s, like.type()), like.dims());
+}
+
+// |z|^2 without the square root, real for complex inputs.
+Value abs_squared(Builder& b, const Value& x) {
+  if (!is_complex(x.type())) return b.mul(x, x);
+  Value re = b.real(x), im = b.imag(x);
+  return b.add(b.mul(re, re), b.mul(im, im));
+}
+
+// ---------------------------------------------------------------- reductions
+
+using Combiner = Value (Builder::*)(const Value&, const Value&);
+
+Value reduce_binary(Builder& b, const Value& x, const Dims& dims, const Value& init, Combiner op) {
+  if (dims.empty()) return x;
+  return b.reduce({x}, {init}, dims, [op](Builder& r, const Values& v) -> Values {
+    return {(r.*op)(v[0], v[1])};
+  })[0];
+}
+
+Value reduce_prod(Builder& b, const Value& x, const Dims& dims) {
+  if (x.type() == ElementType::Pred) {
+    return reduce_binary(b, x, dims, b.constant_bool(true), &Builder::and_);
+  }
+  return reduce_binary(b, x, dims, b.constant(1.0, x.type()), &Builder::mul);
+}
+
+Value reduce_any(Builder& b, const Value& x, const Dims& dims) {
+  return reduce_binary(b, nonzero(b, x), dims, b.constant_bool(false), &Builder::or_);
+}
+
+Value reduce_all(Builder& b, const Value& x, const Dims& dims) {
+  return reduce_binary(b, nonzero(b, x), dims, b.constant_bool(true), &Builder::and_);
+}
+
+// Extremum with NaN counted as beyond every number (PyTorch's max/min
+// propagate NaN). StableHLO's maximum/minimum already follow IEEE-754's
+// NaN-propagating maximum/minimum, so this only names the intent.
+Value reduce_extreme(Builder& b, const Value& x, const Dims& dims, bool is_max) {
+  return is_max ? reduce_max(b, x, dims) : reduce_min(b, x, dims);
+}
+
+// ---------------------------------------------------------------- sum, mean, prod
+
+// sum(self, *, dtype) / sum.dim_IntList(self, dim, keepdim, *, dtype)
+Values sum(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  Dims dims = a.size() > 2 ? dims_or_all(a, 1, x.rank()) : all_dims(x.rank());
+  return {fit(c, reduce_sum(c.b, accumuland(c.b, x, c.output(0).type), dims))};
+}
+
+// nansum(self, dim, keepdim, *, dtype): NaNs count as zero.
+Values nansum(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  if (is_complex(x.type())) fail("nansum does not support complex inputs");
+  Value v = accumuland(c.b, x, c.output(0).type);
+  if (is_floating(v.type())) v = c.b.select(is_nan(c.b, v), full_like(c.b, v, 0), v);
+  return {fit(c, reduce_sum(c.b, v, dims_or_all(a, 1, x.rank())))};
+}
+
+// mean(self, *, dtype) / mean.dim(self, dim, keepdim, *, dtype). The sum is
+// divided in the accumulation type (PyTorch does the same for f16/bf16), and
+// an empty reduction is 0/0 = NaN like PyTorch's.
+Values mean(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  Dims dims = a.size() > 2 ? dims_or_all(a, 1, x.rank()) : all_dims(x.rank());
+  Value s = reduce_sum(c.b, accumuland(c.b, x, c.output(0).type), dims);
+  Value n = c.b.full(s.shape, static_cast<double>(count(x.dims(), dims)));
+  return {fit(c, c.b.div(s, n))};
+}
+
+// prod(self, *, dtype) / prod.dim_int(self, dim, keepdim, *, dtype)
+Values prod(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  Dims dims = a.size() > 2 ? reduction_dims({a.integer(1)}, x.rank()) : all_dims(x.rank());
+  return {fit(c, reduce_prod(c.b, accumuland(c.b, x, c.output(0).type), dims))};
+}
+
+// ---------------------------------------------------------------- extrema
+
+void check_real(const Value& x, const char* op) {
+  if (is_complex(x.type())) fail(std::string(op) + "(): does not support complex input");
+}
+
+// amax(self, dim=[], keepdim) / amin
+Values amax(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  check_real(x, "amax");
+  return {fit(c, reduce_extreme(c.b, x, reduction_dims(a.ints(1), x.rank()), true))};
+}
+
+Values amin(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  check_real(x, "amin");
+  return {fit(c, reduce_extreme(c.b, x, reduction_dims(a.ints(1), x.rank()), false))};
+}
+
+// max(self) / min(self): the meta kernel accepts empty inputs, CPU does not.
+Values full_extreme(Context& c, const Args& a, bool is_max) {
+  Value x = a.tensor(0);
+  check_real(x, is_max ? "max" : "min");
+  if (x.shape.numel() == 0) {
+    fail(std::string(is_max ? "max" : "min") +
+         "(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+         "reduction dim with the 'dim' argument.");
+  }
+  return {fit(c, reduce_extreme(c.b, x, all_dims(x.rank()), is_max))};
+}
+
+Values max(Context& c, const Args& a) { return full_extreme(c, a, true); }
+Values min(Context& c, const Args& a) { return full_extreme(c, a, false); }
+
+// aminmax(self, *, dim=None, keepdim) -> (min, max)
+Values aminmax(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  check_real(x, "aminmax");
+  auto dim = a.optional_integer(1);
+  Dims dims = dim ? reduction_dims({*dim}, x.rank()) : all_dims(x.rank());
+  return {fit(c, reduce_extreme(c.b, x, dims, false), 0),
+          fit(c, reduce_extreme(c.b, x, dims, true), 1)};
+}
+
+// ---------------------------------------------------------------- arg extrema
+
+// `x` is strictly better than `y`; NaN beats every number.
+Value beats(Builder& b, const Value& x, const Value& y, bool is_max) {
+  Value better = b.compare(x, y, is_max ? Comparison::GT : Comparison::LT);
+  if (!is_floating(x.type())) return better;
+  return b.or_(better, b.and_(is_nan(b, x), b.not_(is_nan(b, y))));
+}
+
+Value ties(Builder& b, const Value& x, const Value& y) {
+  Value eq = b.compare(x, y, Comparison::EQ);
+  if (!is_floating(x.type())) return eq;
+  return b.or_(eq, b.and_(is_nan(b, x), is_nan(b, y)));
+}
+
+// Extremum of `x` along `dim` and the index of its first occurrence: one
+// variadic reduce over (value, index) pairs. The init pairs the identity
+// value with the largest index, so it never wins a tie.
+Values arg_extreme(Builder& b, const Value& x, int64_t dim, bool is_max) {
+  Value index = b.iota({ElementType::S64, x.dims()}, dim);
+  Value init_value = is_max ? lowest_value(b, x.type()) : highest_value(b, x.type());
+  Value init_index = b.constant_int(std::numeric_limits<int64_t>::max(), ElementType::S64);
+  return b.reduce({x, index}, {init_value, init_index}, {dim},
+                  [is_max](Builder& r, const Values& v) -> Values {
+                    const Value &xv = v[0], &xi = v[1], &yv = v[2], &yi = v[3];
+                    Value first = r.and_(ties(r, xv, yv), r.compare(xi, yi, Comparison::LT));
+                    Value take_x = r.or_(beats(r, xv, yv, is_max), first);
+                    return {r.select(take_x, xv, yv), r.select(take_x, xi, yi)};
+                  });
+}
+
+// The input flattened (dim=None) or as rank >= 1 (a 0-dim input has one
+// element along dim 0 / -1), and the dimension to reduce.
+std::pair<Value, int64_t> arg_operand(Builder& b, const Value& x, std::optional<int64_t> dim) {
+  if (!dim) return {b.reshape(x, {x.shape.numel()}), 0};
+  if (x.rank() == 0) return {b.reshape(x, {1}), wrap_dim(*dim, 0)};
+  return {x, wrap_dim(*dim, x.rank())};
+}
+
+void check_reduced_size(const Value& x, int64_t dim, const char* op) {
+  if (x.dim(dim) == 0) {
+    fail(std::string(op) + "(): Expected reduction dim " + std::to_string(dim) +
+         " to have non-zero size.");
+  }
+}
+
+// argmax(self, dim=None, keepdim) / argmin
+Values arg_rule(Context& c, const Args& a, bool is_max) {
+  const char* op = is_max ? "argmax" : "argmin";
+  if (a.tensor(0).type() == ElementType::Pred) fail(std::string(op) + "(): does not support bool input");
+  check_real(a.tensor(0), op);
+  auto [x, dim] = arg_operand(c.b, a.tensor(0), a.optional_integer(1));
+  check_reduced_size(x, dim, op);
+  return {fit(c, arg_extreme(c.b, x, dim, is_max)[1])};
+}
+
+Values argmax(Context& c, const Args& a) { return arg_rule(c, a, true); }
+Values argmin(Context& c, const Args& a) { return arg_rule(c, a, false); }
+
+// max.dim(self, dim, keepdim) -> (values, indices) / min.dim
+Values extreme_dim(Context& c, const Args& a, bool is_max) {
+  const char* op = is_max ? "max" : "min";
+  check_real(a.tensor(0), op);
+  auto [x, dim] = arg_operand(c.b, a.tensor(0), a.integer(1));
+  check_reduced_size(x, dim, op);
+  Values r = arg_extreme(c.b, x, dim, is_max);
+  return {fit(c, r[0], 0), fit(c, r[1], 1)};
+}
+
+Values max_dim(Context& c, const Args& a) { return extreme_dim(c, a, true); }
+Values min_dim(Context& c, const Args& a) { return extreme_dim(c, a, false); }
+
+// ---------------------------------------------------------------- var, std
+
+struct Moments {
+  Value var;   // reduced, accumulation type (real)
+  Value mean;  // reduced, accumulation type
+};
+
+// Two passes (mean, then squared deviations) for accuracy close to
+// PyTorch's Welford. Divides by max(N - correction, 0): like PyTorch, a
+// correction >= N gives inf (or NaN when every deviation is zero).
+Moments moments(Context& c, const Args& a, const char* op) {
+  Value x = a.tensor(0);
+  if (!is_floating(x.type()) && !is_complex(x.type())) {
+    fail(std::string(op) + " only support floating point and complex dtypes");
+  }
+  Builder& b = c.b;
+  x = convert(b, x, accumulation_type(x.type()));
+  Dims dims = dims_or_all(a, 1, x.rank());
+  double n = static_cast<double>(count(x.dims(), dims));
+  Value mean = reduce_sum(b, x, dims);
+  mean = b.div(mean, b.full(mean.shape, n));
+  Value dev = b.sub(x, expand_reduced(b, mean, x.dims(), dims));
+  Value m2 = reduce_sum(b, abs_squared(b, dev), dims);
+  ElementType real = m2.type();
+  Value correction = a.is_none(2) ? b.constant(1.0, real) : convert(b, a.tensor(2), real);
+  Value divisor = b.max(b.sub(b.constant(n, real), correction), b.constant(0.0, real));
+  return {b.div(m2, broadcast_to(b, divisor, m2.dims())), mean};
+}
+
+// var.correction(self, dim=None, *, correction=None, keepdim)
+Values var(Context& c, const Args& a) { return {fit(c, moments(c, a, "std and var").var)}; }
+
+Values std_(Context& c, const Args& a) {
+  return {fit(c, c.b.sqrt(moments(c, a, "std and var").var))};
+}
+
+Values var_mean(Context& c, const Args& a) {
+  Moments m = moments(c, a, "var_mean");
+  return {fit(c, m.var, 0), fit(c, m.mean, 1)};
+}
+
+Values std_mean(Context& c, const Args& a) {
+  Moments m = moments(c, a, "std_mean");
+  return {fit(c, c.b.sqrt(m.var), 0), fit(c, m.mean, 1)};
+}
+
+// ---------------------------------------------------------------- any, all, count_nonzero
+
+// any(self) / any.dim(self, int dim, keepdim) / any.dims(self, dim=None, keepdim).
+// Unlike sum, any.dims with dim=[] reduces nothing. uint8 inputs give uint8.
+Dims logical_dims(const Args& a, int64_t rank) {
+  if (a.size() < 2 || a.is_none(1)) return all_dims(rank);
+  IntList dims = a.ints(1);
+  return dims.empty() ? Dims{} : reduction_dims(dims, rank);
+}
+
+Values any(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  return {fit(c, reduce_any(c.b, x, logical_dims(a, x.rank())))};
+}
+
+Values all(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  return {fit(c, reduce_all(c.b, x, logical_dims(a, x.rank())))};
+}
+
+// _is_all_true(self) / _is_any_true(self): bool tensors only, 0-dim result.
+Values is_all_true(Context& c, const Args& a) {
+  return {fit(c, reduce_all(c.b, a.tensor(0), all_dims(a.tensor(0).rank())))};
+}
+
+Values is_any_true(Context& c, const Args& a) {
+  return {fit(c, reduce_any(c.b, a.tensor(0), all_dims(a.tensor(0).rank())))};
+}
+
+// count_nonzero(self, int? dim=None) / count_nonzero.dim_IntList(self, dim)
+Values count_nonzero(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  Dims dims = dims_or_all(a, 1, x.rank());
+  Value ones = c.b.convert(nonzero(c.b, x), ElementType::S64);
+  return {fit(c, reduce_sum(c.b, ones, dims))};
+}
+
+// ---------------------------------------------------------------- logsumexp
+
+// logsumexp(self, dim, keepdim): max-shifted like PyTorch; the shift is the
+// max of the real part, and an infinite max shifts by zero so that all -inf
+// gives -inf and a +inf gives +inf instead of NaN.
+Values logsumexp(Context& c, const Args& a) {
+  Builder& b = c.b;
+  Value x = accumuland(b, a.tensor(0), c.output(0).type);
+  Dims dims = reduction_dims(a.ints(1), x.rank());
+  Value re = is_complex(x.type()) ? b.real(x) : x;
+  Value m = reduce_max(b, re, dims);
+  m = b.select(b.is_finite(m), m, full_like(b, m, 0));
+  Value shift = convert(b, expand_reduced(b, m, x.dims(), dims), x.type());
+  Value s = reduce_sum(b, b.exp(b.sub(x, shift)), dims);
+  return {fit(c, b.add(b.log(s), convert(b, m, x.type())))};
+}
+
+// ---------------------------------------------------------------- norms
+
+// The p-norm of `x` over `dims` for a runtime `ord` (Scalar arguments are
+// program operands, so one program serves every ord). A single variadic
+// reduce computes sum(|x|^p), max|x| and min|x|; selects on ord pick the
+// term and the result. ord 0 counts nonzeros, +-inf are max/min |x|, 1 and 2
+// avoid pow so the common norms are exact.
+Value p_norm(Builder& b, const Value& x, const Value& ord, const Dims& dims) {
+  Value v = is_complex(x.type()) ? b.abs(x) : x;
+  v = convert(b, b.abs(v), accumulation_type(v.type()));
+  ElementType t = v.type();
+  Value p = convert(b, ord, t);
+  auto is = [&](double value) { return b.compare(p, b.constant(value, t), Comparison::EQ); };
+  auto pick = [&](const Value& cond, const Value& on_true, const Value& on_false) {
+    return b.select(cond, on_true, on_false);  // a rank-0 predicate selects whole arrays
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  Value power = b.pow(v, splat(b, p, v));
+  Value term = pick(is(0), b.convert(nonzero(b, v), t),
+                    pick(is(1), v, pick(is(2), b.mul(v, v), power)));
+  Values r = b.reduce({term, v, v}, {b.constant(0.0, t), b.constant(0.0, t), b.constant(inf, t)},
+                      dims, [](Builder& r, const Values& a) -> Values {
+                        return {r.add(a[0], a[3]), r.max(a[1], a[4]), r.min(a[2], a[5])};
+                      });
+  const Value &s = r[0], &largest = r[1], &smallest = r[2];
+  Value root = b.pow(s, splat(b, b.div(b.constant(1.0, t), p), s));
+  Value norm = pick(b.or_(is(0), is(1)), s, pick(is(2), b.sqrt(s), root));
+  return pick(is(inf), largest, pick(is(-inf), smallest, norm));
+}
+
+// linalg_vector_norm(self, ord=2, dim=None, keepdim, *, dtype=None)
+Values linalg_vector_norm(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  if (auto dtype = a.dtype(4)) x = convert(c.b, x, *dtype);
+  return {fit(c, p_norm(c.b, x, a.tensor(1), dims_or_all(a, 2, x.rank())))};
+}
+
+// norm.Scalar(self, p=2) / norm.ScalarOpt_dtype(self, p, *, dtype) /
+// norm.ScalarOpt_dim(self, p, dim, keepdim) /
+// norm.ScalarOpt_dim_dtype(self, p, dim, keepdim, *, dtype). p=None is 2.
+Values norm(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  bool has_dim = a.size() >= 4;
+  size_t dtype_arg = has_dim ? 4 : 2;
+  if (a.size() > dtype_arg) {
+    if (auto dtype = a.dtype(dtype_arg)) x = convert(c.b, x, *dtype);
+  }
+  Dims dims = has_dim ? reduction_dims(a.ints(2), x.rank()) : all_dims(x.rank());
+  Value p = a.is_none(1) ? c.b.constant(2.0, ElementType::F32) : a.tensor(1);
+  return {fit(c, p_norm(c.b, x, p, dims))};
+}
+
+// ---------------------------------------------------------------- scans
+
+// Combines the running value of an earlier prefix with a later element or
+// segment (both as tuples of same-shaped arrays). Must be associative.
+using ScanFn = std::function<Values(Builder&, const Values& earlier, const Values& later)>;
+
+Values slice_along(Builder& b, const Values& xs, int64_t axis, int64_t start, int64_t limit,
+                   int64_t stride) {
+  Values out;
+  for (const Value& x : xs) {
+    Dims lo(x.rank(), 0), hi = x.dims(), st(x.rank(), 1);
+    lo[axis] = start;
+    hi[axis] = limit;
+    st[axis] = stride;
+    out.push_back(b.slice(x, lo, hi, st));
+  }
+  return out;
+}
+
+// Interleaves `even` (positions 0, 2, ...) with `odd` (1, 3, ...) along axis.
+Values interleave(Builder& b, const Values& even, const Values& odd, int64_t axis) {
+  int64_t n = even[0].dim(axis) + odd[0].dim(axis);
+  bool same = even[0].dim(axis) == odd[0].dim(axis);
+  Value position = b.iota({ElementType::S64, {n}}, 0);
+  Value two = b.full(position.shape, 2);
+  Value is_even = b.compare(b.rem(position, two), b.full(position.shape, 0), Comparison::EQ);
+  Values out;
+  for (size_t k = 0; k < even.size(); ++k) {
+    int64_t rank = even[k].rank();
+    Dims zero(rank, 0), low = zero, high = zero, interior = zero;
+    interior[axis] = 1;
+    Value pad = b.constant(0.0, even[k].type());
+    high[axis] = same ? 1 : 0;
+    Value e = b.pad(even[k], pad, zero, high, interior);
+    low[axis] = 1;
+    high[axis] = same ? 0 : 1;
+    Value o = b.pad(odd[k], pad, low, high, interior);
+    out.push_back(b.select(b.broadcast_in_dim(is_even, e.dims(), {axis}), e, o));
+  }
+  return out;
+}
+
+// Inclusive scan along `axis` in O(log n) depth (JAX's associative_scan):
+// combine adjacent pairs, scan that half-length sequence (the odd
+// positions), then fill the even positions from it.
+Values associative_scan(Builder& b, const Values& xs, int64_t axis, const ScanFn& fn) {
+  int64_t n = xs[0].dim(axis);
+  if (n < 2) return xs;
+  Values odd = associative_scan(
+      b, fn(b, slice_along(b, xs, axis, 0, n - 1, 2), slice_along(b, xs, axis, 1, n, 2)), axis,
+      fn);
+  Values first = slice_along(b, xs, axis, 0, 1, 1);
+  Values even = first;
+  if (n > 2) {
+    Values prefix = n % 2 == 0 ? slice_along(b, odd, axis, 0, n / 2 - 1, 1) : odd;
+    Values rest = fn(b, prefix, slice_along(b, xs, axis, 2, n, 2));
+    for (size_t k = 0; k < even.size(); ++k) even[k] = b.concatenate({first[k], rest[k]}, axis);
+  }
+  return interleave(b, even, odd, axis);
+}
+
+// Scans `xs` along `dim` of a possibly 0-dim input.
+Values scan(Builder& b, Values xs, int64_t dim, const ScanFn& fn) {
+  Dims shape = xs[0].dims();
+  if (shape.empty()) return xs;  // one element: the scan is the identity
+  return associative_scan(b, xs, wrap_dim(dim, static_cast<int64_t>(shape.size())), fn);
+}
+
+ScanFn elementwise_scan(Combiner op) {
+  return [op](Builder& b, const Values& x, const Values& y) -> Values {
+    return {(b.*op)(x[0], y[0])};
+  };
+}
+
+// cumsum(self, dim, *, dtype) / cumprod: accumulate in the accumulation type
+// of the result dtype (bool results combine with or / and).
+Values cumulative(Context& c, const Args& a, bool product) {
+  Value x = accumuland(c.b, a.tensor(0), c.output(0).type);
+  bool pred = x.type() == ElementType::Pred;
+  Combiner op = product ? (pred ? &Builder::and_ : &Builder::mul)
+                        : (pred ? &Builder::or_ : &Builder::add);
+  return {scan(c.b, {x}, a.integer(1), elementwise_scan(op))[0]};
+}
+
+Values cumsum(Context& c, const Args& a) { return cumulative(c, a, false); }
+Values cumprod(Context& c, const Args& a) { return cumulative(c, a, true); }
+
+// log(exp(x) + exp(y)) computed stably; equal infinities return themselves
+// (PyTorch's _log_add_exp_helper) instead of inf - inf = NaN.
+Value log_add_exp(Builder& b, const Value& x, const Value& y) {
+  Value hi = b.max(x, y), lo = b.min(x, y);
+  Value sum = b.add(hi, b.unary("log_plus_one", b.exp(b.sub(lo, hi))));
+  Value general = b.or_(b.compare(lo, hi, Comparison::NE), b.is_finite(lo));
+  return b.select(general, sum, x);
+}
+
+// logcumsumexp(self, dim)
+Values logcumsumexp(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  if (is_complex(x.type())) throw Unsupported("logcumsumexp of complex tensors");
+  x = accumuland(c.b, x, c.output(0).type);
+  ScanFn fn = [](Builder& b, const Values& p, const Values& q) -> Values {
+    return {log_add_exp(b, p[0], q[0])};
+  };
+  return {scan(c.b, {x}, a.integer(1), fn)[0]};
+}
+
+// cummax(self, dim) -> (values, indices) / cummin. PyTorch's kernel keeps
+// the running extremum and moves to a later element that ties it (>= / <=)
+// or is NaN; once NaN, only a later NaN replaces it. As a combine of an
+// earlier segment's winner with a later one's this is associative.
+Values cumulative_extreme(Context& c, const Args& a, bool is_max) {
+  Value x = a.tensor(0);
+  check_real(x, is_max ? "cummax" : "cummin");
+  int64_t dim = a.integer(1);
+  Value index = x.rank() == 0 ? c.b.constant_int(0, ElementType::S64)
+                              : c.b.iota({ElementType::S64, x.dims()}, wrap_dim(dim, x.rank()));
+  bool floating = is_floating(x.type());
+  ScanFn fn = [is_max, floating](Builder& b, const Values& p, const Values& q) -> Values {
+    Value take = b.compare(q[0], p[0], is_max ? Comparison::GE : Comparison::LE);
+    if (floating) {
+      take = b.or_(is_nan(b, q[0]), b.and_(b.not_(is_nan(b, p[0])), take));
+    }
+    return {b.select(take, q[0], p[0]), b.select(take, q[1], p[1])};
+  };
+  return scan(c.b, {x, index}, dim, fn);
+}
+
+Values cummax(Context& c, const Args& a) { return cumulative_extreme(c, a, true); }
+Values cummin(Context& c, const Args& a) { return cumulative_extreme(c, a, false); }
+
+}  // namespace
+
+TPU_LOWERING(sum, "sum", "sum.dim_IntList");
+TPU_LOWERING(nansum, "nansum");
+TPU_LOWERING(mean, "mean", "mean.dim");
+TPU_LOWERING(prod, "prod", "prod.dim_int");
+TPU_LOWERING(amax, "amax");
+TPU_LOWERING(amin, "amin");
+TPU_LOWERING(max, "max");
+TPU_LOWERING(min, "min");
+TPU_LOWERING(aminmax, "aminmax");
+TPU_LOWERING(argmax, "argmax");
+TPU_LOWERING(argmin, "argmin");
+TPU_LOWERING(max_dim, "max.dim");
+TPU_LOWERING(min_dim, "min.dim");
+TPU_LOWERING(var, "var.correction");
+TPU_LOWERING(std_, "std.correction");
+TPU_LOWERING(var_mean, "var_mean.correction");
+TPU_LOWERING(std_mean, "std_mean.correction");
+TPU_LOWERING(any, "any", "any.dim", "any.dims");
+TPU_LOWERING(all, "all", "all.dim", "all.dims");
+TPU_LOWERING(is_all_true, "_is_all_true");
+TPU_LOWERING(is_any_true, "_is_any_true");
+TPU_LOWERING(count_nonzero, "count_nonzero", "count_nonzero.dim_IntList");
+TPU_LOWERING(logsumexp, "logsumexp");
+TPU_LOWERING(linalg_vector_norm, "linalg_vector_norm");
+TPU_LOWERING(norm, "norm.Scalar", "norm.ScalarOpt_dtype", "norm.ScalarOpt_dim",
+             "norm.ScalarOpt_dim_dtype");
+TPU_LOWERING(cumsum, "cumsum");
+TPU_LOWERING(cumprod, "cumprod");
+TPU_LOWERING(logcumsumexp, "logcumsumexp");
+TPU_LOWERING(cummax, "cummax");
+TPU_LOWERING(cummin, "cummin");
+
+}  // namespace torch_tpu::lower

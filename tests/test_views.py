@@ -1,0 +1,293 @@
+"""Storage, view and in-place semantics: the same code on CPU and on tpu gives the same
+results, views alias their base, and writes through one alias are seen by all."""
+
+import pytest
+import torch
+
+from op_utils import assert_close_tree
+
+
+def run_both(fn):
+    """Runs ``fn(device)`` on cpu and tpu and compares what it returns."""
+    expected = fn("cpu")
+    actual = fn("tpu")
+    assert_close_tree(actual, expected, check_stride=True)
+
+
+def base(device, *shape, dtype=torch.float32):
+    n = 1
+    for s in shape:
+        n *= s
+    return torch.arange(n, dtype=dtype).reshape(shape).to(device)
+
+
+# ---------------------------------------------------------------- view kinds
+
+VIEWS = {
+    "view": lambda x: x.view(4, 6),
+    "view_minus_one": lambda x: x.view(-1),
+    "reshape_view": lambda x: x.reshape(2, 12),
+    "transpose": lambda x: x.transpose(0, 2),
+    "t_of_2d": lambda x: x[0].t(),
+    "permute": lambda x: x.permute(2, 0, 1),
+    "expand": lambda x: x[:, :1, :].expand(2, 5, 4),
+    "narrow": lambda x: x.narrow(1, 1, 2),
+    "slice_step": lambda x: x[:, ::2, 1::2],
+    "slice_negative_start": lambda x: x[..., -2:],
+    "select": lambda x: x.select(1, 2),
+    "index_int": lambda x: x[1, 2],
+    "unsqueeze": lambda x: x.unsqueeze(1),
+    "squeeze": lambda x: x[:, :1].squeeze(1),
+    "diagonal": lambda x: x.diagonal(0, 1, 2),
+    "diagonal_offset": lambda x: x.diagonal(1, 0, 2),
+    "unfold": lambda x: x.unfold(2, 2, 1),
+    "unfold_step": lambda x: x.view(-1).unfold(0, 5, 3),
+    "as_strided": lambda x: x.as_strided((3, 3), (5, 2), 1),
+    "as_strided_overlap": lambda x: x.as_strided((4, 4), (1, 1)),
+    "flatten": lambda x: x.transpose(0, 1).flatten(1),
+    "unflatten": lambda x: x.unflatten(2, (2, 2)),
+    "movedim": lambda x: x.movedim(0, -1),
+    "split": lambda x: x.split(1, dim=1)[2],
+    "chunk": lambda x: x.chunk(2, dim=2)[1],
+    "unbind": lambda x: x.unbind(0)[1],
+    "view_dtype": lambda x: x.view(torch.int32),
+    "alias": lambda x: x[...],
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_view_reads_like_cpu(name):
+    def fn(device):
+        x = base(device, 2, 3, 4)
+        v = VIEWS[name](x)
+        return v.contiguous() if name == "view_dtype" else v
+
+    run_both(fn)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in VIEWS if n not in ("expand", "as_strided_overlap")))
+def test_write_through_view_is_seen_by_base(name):
+    def fn(device):
+        x = base(device, 2, 3, 4)
+        v = VIEWS[name](x)
+        v.fill_(-1) if name != "view_dtype" else v.fill_(7)
+        return x, v
+
+    run_both(fn)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in VIEWS if n not in ("expand", "as_strided_overlap", "view_dtype")))
+def test_copy_into_view(name):
+    def fn(device):
+        x = base(device, 2, 3, 4)
+        v = VIEWS[name](x)
+        src = torch.arange(v.numel(), dtype=torch.float32).reshape(v.shape) * 10
+        v.copy_(src.to(device))
+        return x
+
+    run_both(fn)
+
+
+def test_views_share_storage():
+    x = torch.zeros(4, 4, device="tpu")
+    v = x[1:3, ::2]
+    assert v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    assert v.storage_offset() == 4 and v.stride() == (4, 2)
+    assert v._base is x
+
+
+def test_aliasing_after_inplace_writes():
+    def fn(device):
+        x = base(device, 4, 4)
+        row, col, diag = x[1], x[:, 2], x.diagonal()
+        row.fill_(1)
+        col.copy_(torch.tensor([9.0, 8.0, 7.0, 6.0]).to(device))
+        diag.zero_()
+        t = x.t()
+        t[0, 3] = 42
+        return x, row, col, diag, t
+
+    run_both(fn)
+
+
+def test_overlapping_views_of_same_storage():
+    def fn(device):
+        x = base(device, 10)
+        a, b = x[0:6], x[4:10]
+        a.fill_(1)
+        b.copy_(torch.arange(6.0).to(device))
+        return x, a, b
+
+    run_both(fn)
+
+
+def test_write_through_expanded_view_is_an_error():
+    x = torch.zeros(3, device="tpu")
+    with pytest.raises(RuntimeError, match="single memory location"):
+        x.expand(2, 3).add_(1)
+
+
+def test_setitem_with_broadcasting_and_steps():
+    def fn(device):
+        x = base(device, 3, 6)
+        x[:, ::2] = torch.tensor([1.0, 2.0, 3.0]).to(device)
+        x[1:, 1] = -5.0
+        x[..., -1] = x[..., 0]
+        return x
+
+    run_both(fn)
+
+
+def test_inplace_op_reading_its_own_storage():
+    def fn(device):
+        x = base(device, 8)
+        x[1:].copy_(x[:-1].clone())
+        y = base(device, 2, 2)
+        y.copy_(y.t().clone())
+        return x, y
+
+    run_both(fn)
+
+
+@pytest.mark.parametrize("device", ["cpu", "tpu"])
+def test_copy_from_partially_overlapping_view_is_an_error(device):
+    y = base(device, 2, 2)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        y.copy_(y.t())
+
+
+def test_dtype_view_round_trip():
+    def fn(device):
+        x = torch.tensor([1.0, -2.0, 0.5]).to(device)
+        bits = x.view(torch.int32)
+        bits[0] = 0
+        return x, bits
+
+    run_both(fn)
+
+
+def test_dtype_view_of_bool_as_uint8():
+    def fn(device):
+        x = torch.tensor([True, False, True]).to(device)
+        u = x.view(torch.uint8)
+        u[1] = 1
+        return x, u
+
+    run_both(fn)
+
+
+# ---------------------------------------------------------------- out=
+
+
+def test_out_into_view_and_resize():
+    def fn(device):
+        out = torch.zeros(3, 4).to(device)
+        torch.cat([torch.ones(1, 2), torch.ones(1, 2) * 2], 1, out=out[1]) if False else None
+        src = base(device, 2, 3)
+        fresh = torch.empty(0).to(device)
+        torch.cat([src, src], 0, out=fresh)  # resized from empty
+        view_out = out[:, 1]
+        torch.cat([torch.tensor([5.0]).to(device), torch.tensor([6.0, 7.0]).to(device)], out=view_out)
+        return out, fresh
+
+    run_both(fn)
+
+
+def test_out_with_wrong_shape_warns_and_resizes():
+    def fn(device):
+        out = torch.zeros(5).to(device)
+        with pytest.warns(UserWarning, match="resized"):
+            torch.cat([base(device, 2), base(device, 2)], out=out)
+        return out
+
+    run_both(fn)
+
+
+def test_out_different_dtype():
+    def fn(device):
+        out = torch.zeros(4, dtype=torch.float64).to(device)
+        torch.cat([base(device, 2), base(device, 2)], out=out)
+        return out
+
+    run_both(fn)
+
+
+# ---------------------------------------------------------------- storage ops
+
+
+def test_set_shares_storage():
+    def fn(device):
+        x = base(device, 6)
+        y = torch.empty(0).to(device)
+        y.set_(x.untyped_storage(), 2, (2, 2), (2, 1))
+        y.fill_(-3)
+        return x, y
+
+    run_both(fn)
+    x = torch.zeros(6, device="tpu")
+    y = torch.empty(0, device="tpu").set_(x)
+    assert y.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_set_source_tensor_view():
+    def fn(device):
+        x = base(device, 4, 4)
+        y = torch.empty(0).to(device)
+        y.set_(x[1:, 1:])
+        y[0, 0] = 100
+        return x, y
+
+    run_both(fn)
+
+
+def test_resize_keeps_prefix_and_grows():
+    def fn(device):
+        x = base(device, 6)
+        x.resize_(2, 2)
+        kept = x.clone()
+        x.resize_(3, 4)
+        x[2].fill_(1)  # grown elements are uninitialised until written
+        return kept, x.view(-1)[:6].clone(), x[2].clone()
+
+    run_both(fn)
+
+
+def test_resize_grows_storage_seen_by_views():
+    x = torch.arange(4.0).to("tpu")
+    x.resize_(8)
+    assert x.untyped_storage().nbytes() == 32
+    assert x[:4].cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_untyped_storage_resize():
+    x = torch.arange(4.0).to("tpu")
+    x.untyped_storage().resize_(32)
+    assert x.untyped_storage().nbytes() == 32
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_clone_is_independent():
+    def fn(device):
+        x = base(device, 3)
+        y = x.clone()
+        x.fill_(0)
+        return x, y
+
+    run_both(fn)
+
+
+def test_detach_shares_storage():
+    def fn(device):
+        x = base(device, 3).requires_grad_()
+        y = x.detach()
+        y.zero_()
+        return x.detach(), y
+
+    run_both(fn)
+
+
+def test_version_counter_tracks_inplace():
+    x = torch.zeros(3, device="tpu")
+    v0 = x._version
+    x[1:].fill_(1)
+    assert x._version > v0
