@@ -21,10 +21,13 @@ def _configure_backend() -> _platform.Selection:
     selection = _platform.select()
     if selection.platform == "cuda" and selection.plugin:
         _platform.preload_cuda_libraries()
-    devices = int(os.environ.get("TORCH_TPU_NUM_DEVICES", "1"))
-    if devices < 1:
-        raise ValueError(f"TORCH_TPU_NUM_DEVICES must be at least 1, got {devices}")
-    _C._configure(selection.platform, selection.plugin or "", devices)
+    problem = "" if selection.plugin else selection.reason
+    raw = os.environ.get("TORCH_TPU_NUM_DEVICES", "1")
+    devices = int(raw) if raw.isdigit() and int(raw) > 0 else 1
+    if not (raw.isdigit() and int(raw) > 0):
+        problem = f"TORCH_TPU_NUM_DEVICES={raw!r} is not a positive integer"
+    plugin = "" if problem else selection.plugin
+    _C._configure(selection.platform, plugin, devices, problem)
     return selection
 
 

@@ -81,10 +81,12 @@ def _has_hardware(platform: str) -> bool:
 
 
 def select() -> Selection:
+    """Never raises: a configuration problem is reported when the device is first used,
+    so that ``import torch`` (which autoloads this backend) keeps working."""
     requested = os.environ.get("TORCH_TPU_PLATFORM", "auto").strip().lower() or "auto"
     if requested not in PLATFORMS + ("auto",):
-        raise ValueError(
-            f"TORCH_TPU_PLATFORM={requested!r} is not one of auto, tpu, cuda, cpu"
+        return Selection(
+            "cpu", None, f"TORCH_TPU_PLATFORM={requested!r} is not one of auto, tpu, cuda, cpu"
         )
     override = os.environ.get("TORCH_TPU_PLUGIN")
     if requested == "auto":
@@ -94,7 +96,7 @@ def select() -> Selection:
         platform = requested
     if override:
         if not os.path.isfile(override):
-            raise FileNotFoundError(f"TORCH_TPU_PLUGIN={override} does not exist")
+            return Selection(platform, None, f"TORCH_TPU_PLUGIN={override} does not exist")
         return Selection(platform, override, "TORCH_TPU_PLUGIN")
     plugin = _FINDERS[platform]()
     if plugin is None:

@@ -20,6 +20,7 @@ c10::DeviceIndex device_count() noexcept {
 
 void check_device_index(c10::DeviceIndex device) {
   c10::DeviceIndex count = device_count();
+  if (count == 0) engine::Backend::get();  // raises why there is no device
   TORCH_CHECK(device >= 0 && device < count, "tpu:", static_cast<int>(device),
               " does not exist: ", static_cast<int>(count), " tpu device(s) are available",
               engine::Backend::config().platform == "cpu"

@@ -82,10 +82,12 @@ Backend& Backend::get() {
 Backend::Backend() {
   const BackendConfig& c = config();
   if (c.plugin_path.empty()) {
-    throw runtime::Error("no PJRT plugin found for the " + c.platform +
-                             " platform: install the plugin package (see README) or set "
-                             "TORCH_TPU_PLUGIN=/path/to/plugin.so",
-                         5);
+    throw runtime::Error(
+        "the tpu device is unavailable: " +
+            (c.problem.empty() ? "no PJRT plugin found for the " + c.platform + " platform"
+                               : c.problem) +
+            " (see README: TORCH_TPU_PLATFORM, TORCH_TPU_PLUGIN)",
+        5);
   }
   const runtime::Plugin& plugin = runtime::Plugin::load(c.plugin_path);
   runtime::ClientOptions options;
@@ -179,7 +181,7 @@ void Backend::download(const runtime::Buffer& buffer, void* dst, const std::stri
   if (!status.empty()) {
     // The value was produced by a failed launch: report the launch.
     synchronize(buffer.device());
-    throw runtime::Error(op + ": reading a tpu tensor failed: " + status, 13);
+    throw runtime::Error(op + " failed: " + status, 13);
   }
 }
 

@@ -20,6 +20,7 @@ struct BackendConfig {
   std::string platform;     // "cpu", "cuda" or "tpu"
   std::string plugin_path;  // the PJRT plugin to load
   int cpu_devices = 1;      // devices of the CPU platform
+  std::string problem;      // why no plugin can be used (reported on first use)
 };
 
 class Backend {

@@ -146,6 +146,7 @@ struct Param {
 };
 
 struct Plan {
+  std::string op;  // the name failures are reported under
   std::shared_ptr<runtime::Executable> executable;
   std::vector<Param> params;
   std::vector<int> written_slots;  // program output i -> slot index
@@ -158,6 +159,7 @@ Plan build(const OpCall& call, const Signature& sig) {
   Backend& backend = Backend::get();
   hlo::Builder b;
   Plan plan;
+  plan.op = call.name;
   auto add_param = [&](const hlo::Shape& shape, Param p) {
     plan.params.push_back(p);
     return b.parameter(shape);
@@ -413,7 +415,9 @@ void execute(const OpCall& call) {
 
   runtime::Launch launch = backend.launch(*plan.executable, call.device, inputs, non_donatable);
   for (size_t i = 0; i < plan.written_slots.size(); ++i) {
-    sig.slots[plan.written_slots[i]].slot->buffer = std::move(launch.outputs[i]);
+    StorageSlot* slot = sig.slots[plan.written_slots[i]].slot;
+    slot->buffer = std::move(launch.outputs[i]);
+    slot->producer = &plan.op;
   }
   held.clear();
   backend.track(call.device, std::move(launch.done), call.name);

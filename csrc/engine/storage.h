@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "hlo/builder.h"
 #include "runtime/client.h"
@@ -17,6 +18,8 @@ struct StorageSlot {
   size_t nbytes = 0;
   // Null until the first write: reads of an unwritten storage see zeros.
   runtime::BufferPtr buffer;
+  // The op that wrote `buffer` (for messages about failed launches).
+  const std::string* producer = nullptr;
 
   // Element type of `buffer` (valid when it is set).
   ElementType element_type() const { return buffer ? buffer->type() : ElementType::Invalid; }

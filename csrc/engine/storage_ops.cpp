@@ -68,8 +68,10 @@ void download_view(const TensorView& view, void* dst) {
     std::memset(dst, 0, numel * element_size(view.dtype));
     return;
   }
+  std::string what = "reading a tpu tensor produced by " +
+                     (view.slot->producer ? *view.slot->producer : std::string("a transfer"));
   if (view.is_whole_storage() && view.slot->element_type() == view.dtype) {
-    backend.download(*view.slot->buffer, dst, "copy to host");
+    backend.download(*view.slot->buffer, dst, what);
     return;
   }
   // Materialise the view densely on the device first.
@@ -90,7 +92,7 @@ void download_view(const TensorView& view, void* dst) {
   TensorView target{&dense, view.dtype, view.sizes, contiguous_strides(view.sizes), 0};
   call.targets.push_back(target);
   execute(call);
-  backend.download(*dense.buffer, dst, "copy to host");
+  backend.download(*dense.buffer, dst, what);
 }
 
 void copy_storage_across_devices(StorageSlot& dst, const StorageSlot& src) {

@@ -83,8 +83,9 @@ py::dict plugin_info() {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native extension";
-  m.def("_configure", [](const std::string& platform, const std::string& plugin, int cpu_devices) {
-    engine::Backend::configure({platform, plugin, cpu_devices});
+  m.def("_configure", [](const std::string& platform, const std::string& plugin, int cpu_devices,
+                         const std::string& problem) {
+    engine::Backend::configure({platform, plugin, cpu_devices, problem});
   });
   m.def("_register_ops", &aten::register_lowered_ops);
   m.def("_lowered_ops", &aten::lowered_op_names);
@@ -125,6 +126,15 @@ PYBIND11_MODULE(_C, m) {
     return std::string(mode == aten::FallbackMode::Error    ? "error"
                        : mode == aten::FallbackMode::Silent ? "silent"
                                                             : "warn");
+  });
+  // Test hook: makes the storage of `t` a buffer whose every use fails
+  // asynchronously with `message`.
+  m.def("_poison_storage", [](const at::Tensor& t, const std::string& message) {
+    auto* slot = aten::slot_of(t);
+    auto& client = backend().client();
+    ElementType type = aten::element_type(t.scalar_type());
+    slot->buffer = client.error_buffer(
+        message, type, {static_cast<int64_t>(slot->nbytes) / element_size(type)}, slot->device);
   });
   m.def("_default_generator", [](int device) {
     return py::reinterpret_steal<py::object>(

@@ -311,6 +311,24 @@ BufferPtr Client::buffer_from_host(const void* data, ElementType type,
   return std::make_shared<Buffer>(plugin_, args.buffer, type, dims, device);
 }
 
+BufferPtr Client::error_buffer(const std::string& message, ElementType type,
+                               const std::vector<int64_t>& dims, int device) {
+  auto memory = TPU_ARGS(PJRT_Device_DefaultMemory_Args, memory);
+  memory.device = this->device(device);
+  plugin_->call(Fn::DeviceDefaultMemory, &memory, "PJRT_Device_DefaultMemory");
+  auto args = TPU_ARGS(PJRT_Client_CreateErrorBuffer_Args, num_payload);
+  args.client = client_;
+  args.error_code = PJRT_Error_Code_INVALID_ARGUMENT;
+  args.error_message = message.data();
+  args.error_message_size = message.size();
+  args.shape_dims = dims.data();
+  args.shape_num_dims = dims.size();
+  args.shape_element_type = static_cast<PJRT_Buffer_Type>(type);
+  args.memory = memory.memory;
+  plugin_->call(Fn::ClientCreateErrorBuffer, &args, "PJRT_Client_CreateErrorBuffer");
+  return std::make_shared<Buffer>(plugin_, args.buffer, type, dims, device);
+}
+
 BufferPtr Client::copy_to_device(const Buffer& buffer, int device) {
   auto args = TPU_ARGS(PJRT_Buffer_CopyToDevice_Args, dst_buffer);
   args.buffer = buffer.get();

@@ -149,6 +149,10 @@ class Client {
   // of the host data completes before this returns.
   BufferPtr buffer_from_host(const void* data, ElementType type,
                              const std::vector<int64_t>& dims, int device);
+  // A buffer that fails every launch using it with `message` (API >= 0.103);
+  // used to test how asynchronous failures surface.
+  BufferPtr error_buffer(const std::string& message, ElementType type,
+                         const std::vector<int64_t>& dims, int device);
   // Copies `buffer` to another device of this client.
   BufferPtr copy_to_device(const Buffer& buffer, int device);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -35,7 +36,9 @@ std::string command_line(pid_t pid) {
 }  // namespace
 
 DeviceLock::DeviceLock(const std::string& platform, int device) {
-  path_ = lock_dir() + "/torch_tpu-" + platform + "-" + std::to_string(device) +
+  std::string dir = lock_dir();
+  ::mkdir(dir.c_str(), 0777);  // may exist already; open() reports real problems
+  path_ = dir + "/torch_tpu-" + platform + "-" + std::to_string(device) +
           ".lock";
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd_ < 0) {

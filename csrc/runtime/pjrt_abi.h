@@ -222,6 +222,30 @@ struct PJRT_Client_BufferFromHostBuffer_Args {
   PJRT_Buffer* buffer;
 };
 
+struct PJRT_Client_CreateErrorBuffer_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  PJRT_Error_Code error_code;
+  const char* error_message;
+  size_t error_message_size;
+  const int64_t* shape_dims;
+  size_t shape_num_dims;
+  PJRT_Buffer_Type shape_element_type;
+  void* shape_layout;
+  PJRT_Memory* memory;
+  PJRT_Buffer* buffer;
+  const PJRT_NamedValue* payload;
+  size_t num_payload;
+};
+
+struct PJRT_Device_DefaultMemory_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Device* device;
+  PJRT_Memory* memory;
+};
+
 struct PJRT_DeviceDescription_Id_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;

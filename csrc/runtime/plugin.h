@@ -34,6 +34,7 @@ enum class Fn : int {
   DeviceDescriptionKind = 26,
   DeviceDescriptionDebugString = 27,
   DeviceGetDescription = 29,
+  DeviceDefaultMemory = 33,
   DeviceMemoryStats = 34,
   ExecutableDestroy = 40,
   ExecutableSerialize = 49,
@@ -48,6 +49,7 @@ enum class Fn : int {
   BufferReadyEvent = 72,
   ExecutableOutputElementTypes = 90,
   ExecutableOutputDimensions = 91,
+  ClientCreateErrorBuffer = 118,
 };
 
 // A failed PJRT call, carrying the plugin's own message.

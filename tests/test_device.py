@@ -1,0 +1,306 @@
+"""The ``tpu`` device as PyTorch sees it: loading, tensors and modules on it, factories,
+``torch.tpu``, ``torch.accelerator``, errors."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_tpu
+
+
+def run_python(code: str, **env) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=full_env, timeout=300)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def test_import_torch_alone_loads_the_backend():
+    # A separate lock directory: this process already holds the device.
+    out = run_python(
+        """
+        import sys, torch
+        assert "torch_tpu" in sys.modules
+        x = torch.ones(2, device="tpu")
+        print(torch.tpu.is_available(), x.device, (x + x).cpu().tolist())
+        """,
+        TORCH_TPU_LOCK_DIR=os.path.join(os.environ["TORCH_TPU_LOCK_DIR"], "autoload"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "tpu:0", "[2.0,", "2.0]"]
+
+
+def test_backend_registration():
+    assert torch._C._get_privateuse1_backend_name() == "tpu"
+    assert torch.tpu is sys.modules["torch_tpu.device_module"]
+    assert torch.backends.tpu.is_available()
+    assert torch.backends.tpu.allow_excess_precision is False
+    assert torch_tpu.platform() == "cpu"
+
+
+# ---------------------------------------------------------------- tensors & modules
+
+
+def test_tensor_moves_and_methods():
+    x = torch.arange(6.0).reshape(2, 3)
+    for y in (x.to("tpu"), x.tpu(), x.to(torch.device("tpu", 0)), x.to(device="tpu:0")):
+        assert y.is_tpu and y.device == torch.device("tpu:0")
+        assert torch.equal(y.cpu(), x)
+    assert not x.is_tpu
+    assert x.to("tpu").to("tpu") is not None
+    assert x.to("tpu", torch.float64).dtype == torch.float64
+    assert x.to("tpu").double().cpu().dtype == torch.float64
+
+
+def test_module_to_tpu_keeps_parameters_and_buffers():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    model.to("tpu")
+    for p in model.parameters():
+        assert p.is_tpu and isinstance(p, torch.nn.Parameter)
+    for b in model.buffers():
+        assert b.is_tpu
+    model.cpu()
+    assert not model[0].weight.is_tpu
+    model.tpu()
+    assert model[0].weight.is_tpu
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.empty(2, 3, device="tpu"),
+        lambda: torch.zeros(2, 3, device="tpu"),
+        lambda: torch.ones(2, 3, device="tpu", dtype=torch.int32),
+        lambda: torch.full((2, 3), 7.5, device="tpu"),
+        lambda: torch.arange(5, device="tpu"),
+        lambda: torch.arange(1.0, 2.0, 0.25, device="tpu"),
+        lambda: torch.linspace(-1, 1, 7, device="tpu"),
+        lambda: torch.eye(3, device="tpu"),
+        lambda: torch.eye(2, 4, device="tpu"),
+        lambda: torch.rand(3, 4, device="tpu"),
+        lambda: torch.randn(3, 4, device="tpu"),
+        lambda: torch.randint(0, 10, (3, 4), device="tpu"),
+        lambda: torch.zeros_like(torch.ones(2, device="tpu")),
+        lambda: torch.ones_like(torch.ones(2, device="tpu")),
+        lambda: torch.empty_like(torch.ones(2, device="tpu")),
+        lambda: torch.full_like(torch.ones(2, device="tpu"), 3),
+        lambda: torch.rand_like(torch.ones(2, device="tpu")),
+        lambda: torch.randn_like(torch.ones(2, device="tpu")),
+        lambda: torch.randint_like(torch.ones(2, device="tpu"), 5),
+    ],
+)
+def test_factories(make, no_fallback):
+    t = make()
+    assert t.is_tpu
+    t.cpu()
+
+
+def test_factory_values_match_cpu():
+    for fn in (
+        lambda d: torch.zeros(2, 3, device=d),
+        lambda d: torch.full((2,), 2.5, device=d, dtype=torch.float64),
+        lambda d: torch.arange(-3, 9, 2, device=d),
+        lambda d: torch.arange(0.0, 1.0, 0.1, device=d),
+        lambda d: torch.linspace(0, 10, 11, device=d),
+        lambda d: torch.linspace(-2.5, 3.5, 5, device=d, dtype=torch.float64),
+        lambda d: torch.eye(4, 3, device=d, dtype=torch.int64),
+    ):
+        torch.testing.assert_close(fn("tpu").cpu(), fn("cpu"))
+
+
+def test_random_factories_are_in_range_and_reproducible():
+    torch.tpu.manual_seed(123)
+    a = torch.rand(1000, device="tpu").cpu()
+    assert 0 <= a.min() and a.max() < 1 and abs(a.mean() - 0.5) < 0.05
+    n = torch.randn(10000, device="tpu").cpu()
+    assert abs(n.mean()) < 0.05 and abs(n.std() - 1) < 0.05
+    r = torch.randint(3, 7, (1000,), device="tpu").cpu()
+    assert r.min() == 3 and r.max() == 6
+    torch.tpu.manual_seed(123)
+    assert torch.equal(torch.rand(1000, device="tpu").cpu(), a)
+    assert not torch.equal(torch.rand(1000, device="tpu").cpu(), a)
+
+
+def test_rng_state_round_trip():
+    torch.manual_seed(7)  # seeds the tpu generators too
+    state = torch.tpu.get_rng_state()
+    first = torch.randn(5, device="tpu").cpu()
+    torch.tpu.set_rng_state(state)
+    assert torch.equal(torch.randn(5, device="tpu").cpu(), first)
+    assert torch.tpu.initial_seed() == 7
+    torch.tpu.manual_seed_all(9)
+    assert torch.tpu.initial_seed() == 9
+    torch.tpu.seed()
+    assert torch.tpu.initial_seed() != 9
+    g = torch.Generator(device="tpu")
+    g.manual_seed(1)
+    x = torch.rand(3, device="tpu", generator=g).cpu()
+    g.manual_seed(1)
+    assert torch.equal(torch.rand(3, device="tpu", generator=g).cpu(), x)
+
+
+# ---------------------------------------------------------------- torch.tpu
+
+
+def test_device_module_queries():
+    assert torch.tpu.is_available()
+    assert torch.tpu.device_count() == 1
+    assert torch.tpu.current_device() == 0
+    torch.tpu.set_device(0)
+    torch.tpu.set_device("tpu:0")
+    with torch.tpu.device(0):
+        assert torch.tpu.current_device() == 0
+    torch.tpu.synchronize()
+    assert "cpu" in torch.tpu.get_device_name().lower()
+    props = torch.tpu.get_device_properties(0)
+    assert props.name == torch.tpu.get_device_name(0)
+    assert props.total_memory > 0
+    assert torch.tpu.get_amp_supported_dtype() == [torch.bfloat16, torch.float16]
+
+
+def test_memory_statistics():
+    torch.tpu.synchronize()
+    before = torch.tpu.memory_allocated()
+    x = torch.empty(1024, 1024, device="tpu")
+    assert torch.tpu.memory_allocated() == before + 4 * 1024 * 1024
+    assert torch.tpu.max_memory_allocated() >= before + 4 * 1024 * 1024
+    assert torch.tpu.memory_stats()["allocated_bytes.all.current"] == before + 4 * 1024 * 1024
+    del x
+    assert torch.tpu.memory_allocated() == before
+    torch.tpu.reset_peak_memory_stats()
+    assert torch.tpu.max_memory_allocated() == before
+    free, total = torch.tpu.mem_get_info()
+    assert 0 < free <= total
+    torch.tpu.empty_cache()
+
+
+def test_torch_accelerator_sees_tpu():
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.current_accelerator() == torch.device("tpu")
+    assert torch.accelerator.device_count() == 1
+    torch.accelerator.set_device_index(0)
+    assert torch.accelerator.current_device_index() == 0
+    torch.accelerator.synchronize()
+    x = torch.empty(256, device="tpu")
+    assert torch.accelerator.memory_allocated() >= 1024
+    del x
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_mixing_devices_is_an_error():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.cat([torch.ones(2, device="tpu"), torch.ones(2)])
+
+
+def test_missing_device_index_is_an_error():
+    with pytest.raises(RuntimeError, match="tpu:3 does not exist"):
+        torch.zeros(2, device="tpu:3")
+    with pytest.raises(RuntimeError, match="does not exist"):
+        torch.tpu.set_device(5)
+
+
+def test_unsupported_dtype_is_a_type_error():
+    with pytest.raises(TypeError, match="tpu does not support dtype"):
+        torch.empty(2, dtype=torch.float8_e4m3fn, device="tpu")
+
+
+def test_second_process_gets_a_clear_error_naming_the_holder():
+    torch.ones(1, device="tpu").cpu()  # this process holds tpu:0
+    out = run_python(
+        """
+        import torch
+        try:
+            torch.ones(1, device="tpu").cpu()
+        except RuntimeError as e:
+            print("ERROR", e)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert "ERROR" in out.stdout
+    assert f"in use by process {os.getpid()}" in out.stdout
+
+
+def test_missing_plugin_is_reported_on_first_use_not_at_import():
+    out = run_python(
+        """
+        import torch
+        print("imported", torch.tpu.is_available())
+        try:
+            torch.ones(1, device="tpu")
+        except RuntimeError as e:
+            print("ERROR", e)
+        """,
+        TORCH_TPU_PLUGIN="/nonexistent/plugin.so",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "imported False" in out.stdout
+    assert "TORCH_TPU_PLUGIN=/nonexistent/plugin.so does not exist" in out.stdout
+
+
+def test_asynchronous_failure_names_the_op():
+    x = torch.ones(4, device="tpu")
+    torch_tpu._C._poison_storage(x, "injected device failure")
+    y = x.clone()  # launches; the failure is only known later
+    with pytest.raises(RuntimeError, match="aten::clone failed on tpu.*injected device failure"):
+        torch.tpu.synchronize()
+    with pytest.raises(RuntimeError, match="produced by aten::clone.*injected device failure"):
+        y.cpu()
+
+
+def test_launch_blocking_raises_at_the_op():
+    out = run_python(
+        """
+        import torch, torch_tpu
+        x = torch.ones(4, device="tpu")
+        torch_tpu._C._poison_storage(x, "boom")
+        try:
+            x.clone()
+            print("no error")
+        except RuntimeError as e:
+            print("ERROR", e)
+        """,
+        TPU_LAUNCH_BLOCKING="1",
+        TORCH_TPU_LOCK_DIR=os.path.join(os.environ["TORCH_TPU_LOCK_DIR"], "blocking"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "ERROR asynchronous execution of aten::clone failed" in out.stdout
+
+
+def test_fallback_modes():
+    out = run_python(
+        """
+        import torch
+        x = torch.ones(3, device="tpu")
+        try:
+            torch.special.zeta(x, x)
+            print("ran")
+        except NotImplementedError as e:
+            print("ERROR", e)
+        """,
+        TORCH_TPU_FALLBACK="error",
+        TORCH_TPU_LOCK_DIR=os.path.join(os.environ["TORCH_TPU_LOCK_DIR"], "fallback"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "ERROR aten::special_zeta" in out.stdout and "TORCH_TPU_FALLBACK=error" in out.stdout
+    before = torch_tpu.metrics()["fallbacks"].get("aten::special_zeta.out", 0)
+    x = torch.full((3,), 2.0, device="tpu")
+    with pytest.warns(UserWarning, match="has no tpu lowering"):
+        torch.special.zeta(x, x)
+    assert torch_tpu.metrics()["fallbacks"]["aten::special_zeta.out"] == before + 1
+
+
+def test_metrics_report_lists_counters():
+    torch_tpu.reset_metrics()
+    (torch.ones(2, device="tpu") * 2).cpu()
+    m = torch_tpu.metrics()
+    assert m["executions"] >= 1 and m["device_to_host_transfers"] >= 1
+    report = torch_tpu.metrics_report()
+    assert "compiles" in report and "CPU fallbacks" in report
