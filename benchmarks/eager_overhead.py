@@ -1,0 +1,45 @@
+"""Host overhead of one cached eager op: ``x.add_(1.0)`` on a small tensor.
+
+Measures, in one run, the time per op on tpu (program cache hit: dispatch, signature,
+launch) and on PyTorch CPU eager, and prints the ratio. Run:
+``.venv/bin/python benchmarks/eager_overhead.py [--ops 10000]``.
+"""
+
+import argparse
+import time
+
+import torch
+
+import torch_tpu
+
+
+def per_op_seconds(x: torch.Tensor, ops: int, sync) -> float:
+    for _ in range(100):  # warm-up: compile, fill the caches
+        x.add_(1.0)
+    sync()
+    start = time.perf_counter()
+    for _ in range(ops):
+        x.add_(1.0)
+    sync()
+    return (time.perf_counter() - start) / ops
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ops", type=int, default=10000)
+    parser.add_argument("--size", type=int, default=16)
+    args = parser.parse_args()
+
+    cpu = per_op_seconds(torch.zeros(args.size), args.ops, lambda: None)
+    before = torch_tpu.metrics()
+    tpu = per_op_seconds(torch.zeros(args.size, device="tpu"), args.ops, torch.tpu.synchronize)
+    after = torch_tpu.metrics()
+    compiles = after["compiles"] - before["compiles"]
+    print(f"ops: {args.ops}, tensor size: {args.size}, platform: {torch_tpu.platform()}")
+    print(f"PyTorch CPU eager: {cpu * 1e6:8.2f} us/op")
+    print(f"tpu (cache hit):   {tpu * 1e6:8.2f} us/op   compiles: {compiles}")
+    print(f"ratio tpu/cpu:     {tpu / cpu:8.1f}x")
+
+
+if __name__ == "__main__":
+    main()
