@@ -36,6 +36,17 @@ def test_import_torch_alone_loads_the_backend():
     assert out.stdout.split() == ["True", "tpu:0", "[2.0,", "2.0]"]
 
 
+def test_import_torch_tpu_first():
+    out = run_python(
+        """
+        import torch_tpu, torch
+        print(torch.tpu.device_count(), torch_tpu.platform())
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "cpu"]
+
+
 def test_backend_registration():
     assert torch._C._get_privateuse1_backend_name() == "tpu"
     assert torch.tpu is sys.modules["torch_tpu.device_module"]

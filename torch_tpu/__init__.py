@@ -8,6 +8,14 @@ from __future__ import annotations
 
 import os
 
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing this module is the work.
+
+    Defined before ``import torch``: when ``import torch_tpu`` comes first, torch's
+    autoload calls this while this module is still initialising."""
+
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 import torch  # noqa: E402
@@ -62,10 +70,6 @@ _init_from_env()
 def platform() -> str:
     """The platform that runs the ``tpu`` device: ``'tpu'``, ``'cuda'`` or ``'cpu'``."""
     return platform_selection.platform
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing this module is the work."""
 
 
 __all__ = ["Precision", "metrics", "metrics_report", "platform", "reset_metrics"]
