@@ -17,6 +17,16 @@ namespace torch_tpu::aten {
 
 namespace {
 
+// What PyTorch's meta kernel says about a call's results.
+struct TensorMeta {
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype;
+};
+struct MetaResult {
+  std::vector<std::vector<TensorMeta>> returns;  // per return: its tensor(s)
+  std::vector<bool> is_list;
+};
+
 struct Binding {
   const lower::Rule* rule = nullptr;
   std::string name;               // "aten::add.out"
@@ -24,6 +34,10 @@ struct Binding {
   std::vector<size_t> mutated;    // schema arguments written, in order
   std::vector<int> return_alias;  // per return: index into `mutated`, or -1
   int generator_arg = -1;
+  bool has_tensor_inputs = false;  // else a factory: scalars may shape the result
+  // Meta results by argument signature: the meta kernel runs once per signature.
+  mutable std::mutex meta_mutex;
+  mutable std::unordered_map<std::string, MetaResult> meta_cache;
 };
 
 std::unordered_map<std::string, Binding>& bindings() {
@@ -37,15 +51,21 @@ std::string full_name(const c10::OperatorName& name) {
 
 bool is_write(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
 
-Binding make_binding(const c10::FunctionSchema& schema, const lower::Rule* rule,
-                     const std::vector<size_t>& rule_args) {
-  Binding b;
+void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Rule* rule,
+                  const std::vector<size_t>& rule_args) {
   b.rule = rule;
   b.name = full_name(schema.operator_name());
   b.rule_args = rule_args;
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (is_write(args[i])) b.mutated.push_back(i);
+    const auto& type = args[i].real_type();
+    if (!is_write(args[i]) && (type->isSubtypeOf(*c10::TensorType::get()) ||
+                               type->isSubtypeOf(*c10::OptionalType::ofTensor()) ||
+                               type->isSubtypeOf(*c10::ListType::ofTensors()) ||
+                               type->isSubtypeOf(*c10::ListType::ofOptionalTensors()))) {
+      b.has_tensor_inputs = true;
+    }
     if (args[i].type()->kind() == c10::TypeKind::OptionalType &&
         args[i].type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
             c10::TypeKind::GeneratorType) {
@@ -62,7 +82,6 @@ Binding make_binding(const c10::FunctionSchema& schema, const lower::Rule* rule,
     }
     b.return_alias.push_back(alias);
   }
-  return b;
 }
 
 // ---------------------------------------------------------------- inputs
@@ -263,6 +282,157 @@ void for_each_tensor(const c10::IValue& v, const std::function<void(const at::Te
   }
 }
 
+// ---------------------------------------------------------------- meta cache
+
+// A signature of the arguments that determines what the meta kernel says:
+// layouts, dtypes, static values, and which tensors share a storage. None
+// when the call cannot be cached (it is then always checked).
+std::optional<std::string> meta_key(const Binding& binding, c10::ArrayRef<c10::IValue> args) {
+  std::string key;
+  auto put = [&key](const auto& v) {
+    key.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  };
+  auto put_ints = [&](c10::IntArrayRef v) {
+    put(v.size());
+    key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+  };
+  std::vector<const c10::StorageImpl*> storages;
+  bool shared = false;
+  auto put_tensor = [&](const at::Tensor& t) {
+    if (!t.defined()) return put('u');
+    if (!is_tpu(t)) {
+      put('c');
+      put(t.scalar_type());
+      put(t.unsafeGetTensorImpl()->is_wrapped_number());
+      put_ints(t.sizes());
+      return;
+    }
+    const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    for (auto* seen : storages) shared |= seen == impl;
+    storages.push_back(impl);
+    put('t');
+    put(t.scalar_type());
+    put(t.device().index());
+    put_ints(t.sizes());
+    put_ints(t.strides());
+    put(t.storage().nbytes());
+  };
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) {
+      put_tensor(v.toTensor());
+    } else if (v.isTensorList()) {
+      put('L');
+      put(v.toTensorList().size());
+      for (const at::Tensor& t : v.toTensorList()) put_tensor(t);
+    } else if (v.isOptionalTensorList()) {
+      put('O');
+      for (const auto& item : v.toOptionalTensorList()) {
+        std::optional<at::Tensor> t = item;
+        if (t) put_tensor(*t);
+        else put('n');
+      }
+    } else if (v.isNone()) {
+      put('N');
+    } else if (v.isScalar()) {
+      c10::Scalar sc = v.toScalar();
+      put('s');
+      put(sc.type());
+      // Factories (arange) derive their result's size from scalar values.
+      if (!binding.has_tensor_inputs) {
+        if (sc.isIntegral(false)) put(sc.toLong());
+        else if (sc.isFloatingPoint()) put(sc.toDouble());
+        else return std::nullopt;
+      }
+    } else if (v.isBool()) {
+      put('b');
+      put(v.toBool());
+    } else if (v.isInt()) {
+      put('i');
+      put(v.toInt());
+    } else if (v.isDouble()) {
+      put('d');
+      put(v.toDouble());
+    } else if (v.isString()) {
+      put('S');
+      key += v.toStringRef();
+      put('\0');
+    } else if (v.isIntList()) {
+      put('I');
+      put_ints(v.toIntList().vec());
+    } else if (v.isDoubleList()) {
+      put('D');
+      for (double d : v.toDoubleList()) put(d);
+    } else if (v.isBoolList()) {
+      put('B');
+      for (bool b : v.toBoolList()) put(b);
+    } else if (v.isList()) {
+      put('l');
+      for (const auto& item : v.toListRef()) {
+        if (item.isScalar()) {
+          put(item.toScalar().type());
+        } else {
+          return std::nullopt;
+        }
+      }
+    } else if (v.isDevice()) {
+      put('v');
+      put(v.toDevice().index());
+    } else if (v.isGenerator()) {
+      put('g');
+    } else {
+      return std::nullopt;
+    }
+  }
+  // Overlap checks depend on offsets: calls whose tensors share a storage are
+  // always checked.
+  if (shared) return std::nullopt;
+  return key;
+}
+
+std::vector<TensorMeta> tensor_metas(const c10::IValue& v) {
+  std::vector<TensorMeta> out;
+  for_each_tensor(v, [&](const at::Tensor& t) {
+    out.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+  });
+  return out;
+}
+
+// Runs PyTorch's meta kernel (which raises PyTorch's own errors for invalid
+// calls); nullopt when the operator has no meta kernel.
+std::optional<MetaResult> run_meta(const c10::OperatorHandle& op,
+                                   c10::ArrayRef<c10::IValue> args) {
+  MetaConverter meta;
+  torch::jit::Stack meta_stack;
+  for (const c10::IValue& v : args) meta_stack.push_back(meta.convert(v));
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+  } catch (const c10::NotImplementedError&) {
+    return std::nullopt;
+  }
+  MetaResult result;
+  for (const c10::IValue& r : meta_stack) {
+    result.is_list.push_back(!r.isTensor());
+    result.returns.push_back(tensor_metas(r));
+  }
+  return result;
+}
+
+std::optional<MetaResult> meta_results(const Binding& binding, const c10::OperatorHandle& op,
+                                       c10::ArrayRef<c10::IValue> args) {
+  std::optional<std::string> key = meta_key(binding, args);
+  if (key) {
+    std::lock_guard<std::mutex> lock(binding.meta_mutex);
+    auto it = binding.meta_cache.find(*key);
+    if (it != binding.meta_cache.end()) return it->second;
+  }
+  std::optional<MetaResult> result = run_meta(op, args);
+  if (key && result) {
+    std::lock_guard<std::mutex> lock(binding.meta_mutex);
+    binding.meta_cache.emplace(*key, *result);
+  }
+  return result;
+}
+
 // ---------------------------------------------------------------- kernel
 
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -298,12 +468,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (device < 0) device = current_device();
 
   // PyTorch's meta kernel validates the call and describes the results.
-  MetaConverter meta;
-  torch::jit::Stack meta_stack;
-  for (size_t i = 0; i < num_args; ++i) meta_stack.push_back(meta.convert(args[i]));
-  try {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
-  } catch (const c10::NotImplementedError&) {
+  std::optional<MetaResult> meta = meta_results(binding, op, args);
+  if (!meta) {
     cpu_fallback(op, stack);
     return;
   }
@@ -320,38 +486,30 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<bool> mutated_returned(binding.mutated.size(), false);
   for (size_t r = 0; r < binding.return_alias.size(); ++r) {
     int alias = binding.return_alias[r];
+    const std::vector<TensorMeta>& metas = meta->returns[r];
     if (alias >= 0) {
       mutated_returned[alias] = true;
       auto written = mutated_tensors(alias);
-      std::vector<at::Tensor> meta_written;
-      for_each_tensor(meta_stack[r], [&](const at::Tensor& t) { meta_written.push_back(t); });
       for (size_t k = 0; k < written.size(); ++k) {
-        if (k < meta_written.size() && written[k].sizes() != meta_written[k].sizes()) {
-          written[k].resize_(meta_written[k].sizes());
+        if (k < metas.size() && written[k].sizes() != c10::IntArrayRef(metas[k].sizes)) {
+          written[k].resize_(metas[k].sizes);
         }
         targets.push_back(written[k]);
       }
       returns.push_back(args[binding.mutated[alias]]);
       continue;
     }
-    const c10::IValue& result = meta_stack[r];
-    auto fresh = [&](const at::Tensor& m) {
-      return empty_tpu(m.sizes(), m.strides(), m.scalar_type(), device);
-    };
-    if (result.isTensor()) {
-      at::Tensor t = fresh(result.toTensor());
+    auto fresh = [&](const TensorMeta& m) {
+      at::Tensor t = empty_tpu(m.sizes, m.strides, m.dtype, device);
       targets.push_back(t);
-      returns.emplace_back(t);
-    } else if (result.isTensorList()) {
-      c10::List<at::Tensor> list;
-      for (const at::Tensor& m : result.toTensorList()) {
-        at::Tensor t = fresh(m);
-        targets.push_back(t);
-        list.push_back(t);
-      }
-      returns.emplace_back(list);
+      return t;
+    };
+    if (!meta->is_list[r]) {
+      returns.emplace_back(fresh(metas.at(0)));
     } else {
-      TORCH_CHECK(false, binding.name, ": tpu cannot return ", result.tagKind());
+      c10::List<at::Tensor> list;
+      for (const TensorMeta& m : metas) list.push_back(fresh(m));
+      returns.emplace_back(list);
     }
   }
   for (size_t m = 0; m < binding.mutated.size(); ++m) {
@@ -428,7 +586,7 @@ std::vector<std::string> register_lowered_ops() {
     std::vector<size_t> rule_args;
     size_t n = functional_args ? functional_args->size() : schema.arguments().size();
     for (size_t i = 0; i < n; ++i) rule_args.push_back(i);
-    bindings()[full] = make_binding(schema, rule, rule_args);
+    init_binding(bindings()[full], schema, rule, rule_args);
     library->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&lowered_kernel>());
   };
 
