@@ -23,7 +23,7 @@ struct TensorMeta {
   at::ScalarType dtype;
 };
 struct MetaResult {
-  std::vector<std::vector<TensorMeta>> returns;  // per return: its tensor(s)
+  std::vector<std::vector<std::optional<TensorMeta>>> returns;  // per return: its tensor(s)
   std::vector<bool> is_list;
 };
 
@@ -389,11 +389,20 @@ std::optional<std::string> meta_key(const Binding& binding, c10::ArrayRef<c10::I
   return key;
 }
 
-std::vector<TensorMeta> tensor_metas(const c10::IValue& v) {
-  std::vector<TensorMeta> out;
-  for_each_tensor(v, [&](const at::Tensor& t) {
-    out.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
-  });
+std::vector<std::optional<TensorMeta>> tensor_metas(const c10::IValue& v) {
+  std::vector<std::optional<TensorMeta>> out;
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined()) {
+      out.push_back(std::nullopt);  // e.g. a gradient the output mask did not ask for
+    } else {
+      out.push_back(TensorMeta{t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+    }
+  };
+  if (v.isTensor()) {
+    add(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) add(t);
+  }
   return out;
 }
 
@@ -486,21 +495,22 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::vector<bool> mutated_returned(binding.mutated.size(), false);
   for (size_t r = 0; r < binding.return_alias.size(); ++r) {
     int alias = binding.return_alias[r];
-    const std::vector<TensorMeta>& metas = meta->returns[r];
+    const auto& metas = meta->returns[r];
     if (alias >= 0) {
       mutated_returned[alias] = true;
       auto written = mutated_tensors(alias);
       for (size_t k = 0; k < written.size(); ++k) {
-        if (k < metas.size() && written[k].sizes() != c10::IntArrayRef(metas[k].sizes)) {
-          written[k].resize_(metas[k].sizes);
+        if (k < metas.size() && metas[k] &&
+            written[k].sizes() != c10::IntArrayRef(metas[k]->sizes)) {
+          written[k].resize_(metas[k]->sizes);
         }
         targets.push_back(written[k]);
       }
       returns.push_back(args[binding.mutated[alias]]);
       continue;
     }
-    auto fresh = [&](const TensorMeta& m) {
-      at::Tensor t = empty_tpu(m.sizes, m.strides, m.dtype, device);
+    auto fresh = [&](const std::optional<TensorMeta>& m) {
+      at::Tensor t = m ? empty_tpu(m->sizes, m->strides, m->dtype, device) : at::Tensor();
       targets.push_back(t);
       return t;
     };
@@ -508,7 +518,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       returns.emplace_back(fresh(metas.at(0)));
     } else {
       c10::List<at::Tensor> list;
-      for (const TensorMeta& m : metas) list.push_back(fresh(m));
+      for (const auto& m : metas) list.push_back(fresh(m));
       returns.emplace_back(list);
     }
   }
@@ -521,12 +531,14 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   call.name = binding.name;
   call.rule = binding.rule;
   call.device = device;
-  for (const at::Tensor& t : targets) wide |= t.scalar_type() == at::kDouble;
+  for (const at::Tensor& t : targets) wide |= t.defined() && t.scalar_type() == at::kDouble;
   CallBuilder builder{binding, device, wide};
   for (size_t i : binding.rule_args) {
     call.args.push_back(builder.arg(schema.arguments()[i], args[i]));
   }
-  for (const at::Tensor& t : targets) call.targets.push_back(view_of(t));
+  for (const at::Tensor& t : targets) {
+    call.targets.push_back(t.defined() ? view_of(t) : engine::TensorView{});
+  }
   std::optional<at::Generator> gen;
   std::unique_lock<std::mutex> gen_lock;
   if (binding.rule->random) {

@@ -117,6 +117,11 @@ Signature signature(const OpCall& call) {
     }
   }
   for (const TensorView& t : call.targets) {
+    if (!t.slot) {  // a result nobody asked for (e.g. a masked-out gradient)
+      sig.target_slot.push_back(-1);
+      k.put(-1);
+      continue;
+    }
     int s = slot_index(sig.slots, t.slot);
     sig.target_slot.push_back(s);
     k.put(s);
@@ -228,8 +233,19 @@ Plan build(const OpCall& call, const Signature& sig) {
     args.push_back(std::move(a));
   }
 
+  // Discarded results still get a type (that of the first kept one) so rules
+  // may compute every result and let the program drop the unused ones.
+  ElementType kept_type = ElementType::F32;
+  for (const TensorView& t : call.targets) {
+    if (t.slot) {
+      kept_type = t.dtype;
+      break;
+    }
+  }
   std::vector<hlo::Shape> expected;
-  for (const TensorView& t : call.targets) expected.push_back({t.dtype, t.sizes});
+  for (const TensorView& t : call.targets) {
+    expected.push_back(t.slot ? hlo::Shape{t.dtype, t.sizes} : hlo::Shape{kept_type, {}});
+  }
   lower::Context ctx(b, call.name, static_cast<hlo::Precision>(g_precision.load()),
                      backend.platform(), expected);
   if (call.rule->random) {
@@ -254,6 +270,7 @@ Plan build(const OpCall& call, const Signature& sig) {
   std::vector<ElementType> written_type(sig.slots.size());
   for (size_t j = 0; j < call.targets.size(); ++j) {
     const TensorView& t = call.targets[j];
+    if (!t.slot) continue;
     Value value = lower::convert(b, results[j], t.dtype);
     if (value.dims() != t.sizes) {
       throw std::logic_error("lowering of " + call.name + " produced " +

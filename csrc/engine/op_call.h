@@ -52,7 +52,8 @@ struct OpCall {
   std::string name;  // for messages and metrics: "aten::add.Tensor"
   const lower::Rule* rule = nullptr;
   std::vector<CallArg> args;
-  // Where each result of the rule is written (same order as its results).
+  // Where each result of the rule is written (same order as its results); a
+  // target without a slot discards its result.
   std::vector<TensorView> targets;
   int device = 0;
   RandomState* random = nullptr;
