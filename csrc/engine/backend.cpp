@@ -100,6 +100,9 @@ Backend::Backend() {
   pending_.resize(client_->device_count());
   launch_blocking_ = env_flag("TPU_LAUNCH_BLOCKING");
 
+  // Measured on the CPU plugin (demo CNN): xla_backend_optimization_level=0
+  // cut compile time by ~20% but made execution 2.5x slower, and disabling
+  // LLVM's expensive passes changed neither; eager programs use the defaults.
   runtime::CompileOptions fast;
   fast_options_ = fast.serialize();
   full_options_ = runtime::CompileOptions{}.serialize();
