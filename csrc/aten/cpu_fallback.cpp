@@ -35,21 +35,23 @@ void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 void set_fallback_mode(FallbackMode mode) { g_mode = mode; }
 FallbackMode fallback_mode() { return g_mode; }
 
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                  const std::string& reason) {
   std::string name = op_name(op);
+  std::string why = reason.empty() ? name + " has no tpu lowering"
+                                   : name + " is not lowered for these arguments (" + reason + ")";
   FallbackMode mode = g_mode;
-  TORCH_CHECK_NOT_IMPLEMENTED(mode != FallbackMode::Error, name,
-                              " has no tpu lowering and TORCH_TPU_FALLBACK=error forbids "
-                              "running it on the CPU");
+  TORCH_CHECK_NOT_IMPLEMENTED(mode != FallbackMode::Error, why,
+                              " and TORCH_TPU_FALLBACK=error forbids running it on the CPU");
   engine::metrics().count_fallback(name);
   if (mode == FallbackMode::Warn) {
     static std::mutex mutex;
     static std::set<std::string> warned;
     std::lock_guard<std::mutex> lock(mutex);
     if (warned.insert(name).second) {
-      TORCH_WARN(name, " has no tpu lowering; it runs on the CPU (inputs copied to the host "
-                       "and back). Set TORCH_TPU_FALLBACK=silent to hide this warning or "
-                       "=error to forbid fallbacks.");
+      TORCH_WARN(why, "; it runs on the CPU (inputs copied to the host "
+                      "and back). Set TORCH_TPU_FALLBACK=silent to hide this warning or "
+                      "=error to forbid fallbacks.");
     }
   }
   at::native::cpu_fallback(op, stack);

@@ -8,7 +8,9 @@ namespace torch_tpu::aten {
 // results copied back (mutated arguments into their tpu storage). Counted per
 // op and warned about once; TORCH_TPU_FALLBACK=error makes it an error,
 // =silent hides the warning.
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// `reason` says why (default: the op has no lowering).
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                  const std::string& reason = "");
 
 enum class FallbackMode { Warn, Silent, Error };
 void set_fallback_mode(FallbackMode mode);

@@ -287,7 +287,8 @@ void for_each_tensor(const c10::IValue& v, const std::function<void(const at::Te
 // A signature of the arguments that determines what the meta kernel says:
 // layouts, dtypes, static values, and which tensors share a storage. None
 // when the call cannot be cached (it is then always checked).
-std::optional<std::string> meta_key(const Binding& binding, c10::ArrayRef<c10::IValue> args) {
+std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionSchema& schema,
+                                    c10::ArrayRef<c10::IValue> args) {
   std::string key;
   auto put = [&key](const auto& v) {
     key.append(reinterpret_cast<const char*>(&v), sizeof(v));
@@ -317,7 +318,12 @@ std::optional<std::string> meta_key(const Binding& binding, c10::ArrayRef<c10::I
     put_ints(t.strides());
     put(t.storage().nbytes());
   };
-  for (const c10::IValue& v : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = args[i];
+    c10::TypePtr type = schema.arguments()[i].real_type();
+    if (type->kind() == c10::TypeKind::OptionalType) {
+      type = type->castRaw<c10::OptionalType>()->getElementType();
+    }
     if (v.isTensor()) {
       put_tensor(v.toTensor());
     } else if (v.isTensorList()) {
@@ -333,7 +339,8 @@ std::optional<std::string> meta_key(const Binding& binding, c10::ArrayRef<c10::I
       }
     } else if (v.isNone()) {
       put('N');
-    } else if (v.isScalar()) {
+    } else if (type->kind() == c10::TypeKind::NumberType) {
+      // A Scalar argument is a runtime operand: only its kind shapes the call.
       c10::Scalar sc = v.toScalar();
       put('s');
       put(sc.type());
@@ -428,7 +435,7 @@ std::optional<MetaResult> run_meta(const c10::OperatorHandle& op,
 
 std::optional<MetaResult> meta_results(const Binding& binding, const c10::OperatorHandle& op,
                                        c10::ArrayRef<c10::IValue> args) {
-  std::optional<std::string> key = meta_key(binding, args);
+  std::optional<std::string> key = meta_key(binding, op.schema(), args);
   if (key) {
     std::lock_guard<std::mutex> lock(binding.meta_mutex);
     auto it = binding.meta_cache.find(*key);
@@ -550,9 +557,9 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   try {
     engine::execute(call);
-  } catch (const lower::Unsupported&) {
+  } catch (const lower::Unsupported& e) {
     if (gen_lock.owns_lock()) gen_lock.unlock();
-    cpu_fallback(op, stack);
+    cpu_fallback(op, stack, e.what());
     return;
   }
 

@@ -51,12 +51,7 @@ class Pointwise {
   Value param(size_t i) const { return broadcast_to(b, convert(b, a_.tensor(i), ct), dims); }
   // A Scalar argument rounded to the result dtype first (`scalar.to<scalar_t>()`).
   Value rounded_param(size_t i) const { return widen(a_.tensor(i)); }
-  Value constant(double v) const {
-    if (!is_complex(ct)) return b.full(Shape{ct, dims}, v);
-    // The builder prints real constants only: build v + 0i from two.
-    Shape part{complex_component(ct), dims};
-    return b.complex(b.full(part, v), b.full(part, 0));
-  }
+  Value constant(double v) const { return b.full(Shape{ct, dims}, v); }
   Value result(const Value& v) const { return convert(b, v, out); }
 
   Value lt(const Value& x, const Value& y) const { return b.compare(x, y, hlo::Comparison::LT); }
@@ -67,7 +62,7 @@ class Pointwise {
 
   // 1 / (1 + exp(-x)), spelled like PyTorch's CPU sigmoid.
   Value sigmoid(const Value& x) const {
-    Value one = constant(1);
+    Value one = b.full(x.shape, 1);
     return b.div(one, b.add(one, b.exp(b.neg(x))));
   }
   Value log1p(const Value& x) const { return b.unary("log_plus_one", x); }
@@ -128,8 +123,9 @@ std::vector<Value> hardtanh_backward(Context& c, const Args& a) {
   Pointwise p(c, a);
   require_floating(p.out);
   Value x = p.tensor(1);
-  Value outside = p.b.or_(p.le(x, p.param(2)), p.ge(x, p.param(3)));
-  return {p.result(p.where(outside, p.constant(0), p.tensor(0)))};
+  // Written as "inside" so that NaN gets a zero gradient, like the CPU.
+  Value inside = p.b.and_(p.gt(x, p.param(2)), p.lt(x, p.param(3)));
+  return {p.result(p.where(inside, p.tensor(0), p.constant(0)))};
 }
 
 // leaky_relu(self, negative_slope)
@@ -148,6 +144,19 @@ std::vector<Value> leaky_relu_backward(Context& c, const Args& a) {
   require_floating(p.out);
   Value g = p.tensor(0);
   return {p.result(p.where(p.gt(p.tensor(1), p.constant(0)), g, p.b.mul(g, p.param(2))))};
+}
+
+// rrelu_with_noise(self, noise, lower, upper, training, generator): in eval
+// mode a leaky_relu with the mean slope, leaving noise untouched. Training
+// draws a random slope per element and runs on the CPU.
+std::vector<Value> rrelu_with_noise(Context& c, const Args& a) {
+  if (a.boolean(4)) throw Unsupported("rrelu_with_noise in training mode");
+  Pointwise p(c, a);
+  require_floating(p.out);
+  Builder& b = p.b;
+  Value x = p.tensor(0);
+  Value slope = b.div(b.add(p.param(2), p.param(3)), p.constant(2));
+  return {p.result(p.where(p.gt(x, p.constant(0)), x, b.mul(x, slope))), a.tensor(1)};
 }
 
 // _prelu_kernel(self, weight): weight arrives shaped to broadcast with self.
@@ -172,9 +181,9 @@ std::vector<Value> prelu_kernel_backward(Context& c, const Args& a) {
 
 // ---------------------------------------------------------------- smooth units
 
-constexpr double kSqrt2 = 1.41421356237309504880;      // M_SQRT2
-constexpr double kSqrt1_2 = 0.70710678118654752440;    // M_SQRT1_2
-constexpr double k2_SqrtPi = 1.12837916709551257390;   // M_2_SQRTPI
+constexpr double kSqrt2 = 1.41421356237309504880;       // M_SQRT2
+constexpr double kSqrt1_2 = 0.70710678118654752440;     // M_SQRT1_2
+constexpr double k2_SqrtPi = 1.12837916709551257390;    // M_2_SQRTPI
 constexpr double kGeluBeta = kSqrt2 * k2_SqrtPi * 0.5;  // sqrt(2 / pi)
 constexpr double kGeluKappa = 0.044715;
 
@@ -219,14 +228,13 @@ std::vector<Value> gelu_backward(Context& c, const Args& a) {
     Value left_derivative = b.mul(half, b.add(one, t));
     Value tanh_derivative = b.sub(one, b.mul(t, t));
     Value inner_derivative =
-        b.mul(p.constant(kGeluBeta),
-              b.add(one, b.mul(p.constant(3 * kGeluKappa), b.mul(x, x))));
+        b.mul(p.constant(kGeluBeta), b.add(one, b.mul(p.constant(3 * kGeluKappa), b.mul(x, x))));
     Value right_derivative = b.mul(b.mul(b.mul(half, x), tanh_derivative), inner_derivative);
     return {p.result(b.mul(g, b.add(left_derivative, right_derivative)))};
   }
   Value cdf = b.mul(half, b.add(one, erf(b, b.mul(x, p.constant(kSqrt1_2)))));
-  Value pdf = b.mul(p.constant(k2_SqrtPi * kSqrt1_2 * 0.5),
-                    b.exp(b.mul(b.mul(x, x), p.constant(-0.5))));
+  Value pdf =
+      b.mul(p.constant(k2_SqrtPi * kSqrt1_2 * 0.5), b.exp(b.mul(b.mul(x, x), p.constant(-0.5))));
   return {p.result(b.mul(g, b.add(cdf, b.mul(x, pdf))))};
 }
 
@@ -272,8 +280,8 @@ std::vector<Value> elu(Context& c, const Args& a) {
   Builder& b = p.b;
   Value x = p.tensor(0);
   Value negcoef = b.mul(p.param(1), p.param(2)), poscoef = p.param(2);
-  Value negative = b.mul(b.sub(b.exp(b.mul(x, p.param(3))), p.constant(1)), negcoef);
-  return {p.result(p.where(p.le(x, p.constant(0)), negative, b.mul(x, poscoef)))};
+  Value negative = b.mul(b.unary("exponential_minus_one", b.mul(x, p.param(3))), negcoef);
+  return {p.result(p.where(p.gt(x, p.constant(0)), b.mul(x, poscoef), negative))};
 }
 
 // elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result)
@@ -288,7 +296,8 @@ std::vector<Value> elu_backward(Context& c, const Args& a) {
   Value negative = a.boolean(4)
                        ? b.mul(b.mul(g, negiptcoef), b.add(x, negcoef))
                        : b.mul(b.mul(b.mul(g, negiptcoef), negcoef), b.exp(b.mul(x, negiptcoef)));
-  return {p.result(p.where(p.le(x, p.constant(0)), negative, b.mul(g, poscoef)))};
+  // NaN takes the negative branch (and stays NaN), like the CPU.
+  return {p.result(p.where(p.gt(x, p.constant(0)), b.mul(g, poscoef), negative))};
 }
 
 // softplus(self, beta, threshold): linear above threshold.
@@ -382,13 +391,19 @@ std::vector<Value> hardswish_backward(Context& c, const Args& a) {
   Builder& b = p.b;
   Value g = p.tensor(0), x = p.tensor(1);
   Value ramp = b.mul(g, b.add(b.div(x, p.constant(3)), p.constant(0.5)));
-  Value upper = p.where(p.le(x, p.constant(3)), ramp, g);
-  return {p.result(p.where(p.lt(x, p.constant(-3)), p.constant(0), upper))};
+  // NaN falls through to the ramp and stays NaN.
+  Value upper = p.where(p.ge(x, p.constant(3)), g, ramp);
+  return {p.result(p.where(p.le(x, p.constant(-3)), p.constant(0), upper))};
 }
 
 // |x| <= lambd, with lambd rounded to the tensor's dtype like the CPU kernel.
 Value in_dead_zone(const Pointwise& p, const Value& x, const Value& lambd) {
   return p.b.and_(p.ge(x, p.b.neg(lambd)), p.le(x, lambd));
+}
+
+// |x| > lambd; false for NaN.
+Value outside_dead_zone(const Pointwise& p, const Value& x, const Value& lambd) {
+  return p.b.or_(p.lt(x, p.b.neg(lambd)), p.gt(x, lambd));
 }
 
 // hardshrink(self, lambd)
@@ -415,8 +430,9 @@ std::vector<Value> softshrink(Context& c, const Args& a) {
 std::vector<Value> shrink_backward(Context& c, const Args& a) {
   Pointwise p(c, a);
   require_floating(p.out);
-  Value zone = in_dead_zone(p, p.tensor(1), p.rounded_param(2));
-  return {p.result(p.where(zone, p.constant(0), p.tensor(0)))};
+  // NaN inputs get a zero gradient, like the CPU's vectorised kernel.
+  Value outside = outside_dead_zone(p, p.tensor(1), p.rounded_param(2));
+  return {p.result(p.where(outside, p.tensor(0), p.constant(0)))};
 }
 
 // ---------------------------------------------------------------- glu
@@ -568,6 +584,7 @@ TPU_LOWERING(hardtanh, "hardtanh");
 TPU_LOWERING(hardtanh_backward, "hardtanh_backward");
 TPU_LOWERING(leaky_relu, "leaky_relu");
 TPU_LOWERING(leaky_relu_backward, "leaky_relu_backward");
+TPU_LOWERING(rrelu_with_noise, "rrelu_with_noise");
 TPU_LOWERING(prelu_kernel, "_prelu_kernel");
 TPU_LOWERING(prelu_kernel_backward, "_prelu_kernel_backward");
 TPU_LOWERING(gelu, "gelu");

@@ -22,12 +22,23 @@ const T& get(const Static& value, size_t i, const char* expected) {
   bad_arg(i, expected);
 }
 
+std::vector<std::string>& duplicates() {
+  static std::vector<std::string> names;
+  return names;
+}
+
 }  // namespace
 
 bool register_rule(std::initializer_list<const char*> names, Rule rule) {
-  for (const char* name : names) table()[name] = rule;
+  for (const char* name : names) {
+    if (table().count(name)) duplicates().push_back(name);
+    table()[name] = rule;
+  }
   return true;
 }
+
+std::vector<std::string> duplicate_rule_names() { return duplicates(); }
+
 
 const Rule* find_rule(std::string_view name) {
   auto it = table().find(name);

@@ -136,6 +136,8 @@ struct Rule {
 bool register_rule(std::initializer_list<const char*> names, Rule rule);
 const Rule* find_rule(std::string_view name);
 std::vector<std::string> rule_names();
+// Names registered more than once (a mistake: the last registration wins).
+std::vector<std::string> duplicate_rule_names();
 
 // A rule that is invalid for the given inputs (used by rules for argument
 // combinations they do not handle; the caller falls back to the CPU).

@@ -89,5 +89,7 @@ TEST(lower_registered_rule_runs_on_the_plugin) {
 TEST(lower_every_rule_name_is_unique_and_has_a_function) {
   auto names = lower::rule_names();
   CHECK(names.size() > 20);
+  auto duplicates = lower::duplicate_rule_names();
+  if (!duplicates.empty()) testing::fail("registered twice: " + duplicates[0], __FILE__, __LINE__);
   for (const auto& name : names) CHECK(lower::find_rule(name)->fn != nullptr);
 }
