@@ -88,7 +88,7 @@ void download_view(const TensorView& view, void* dst) {
   in.dtype = view.dtype;
   arg.inputs.push_back(in);
   call.args.push_back(arg);
-  call.args.push_back(CallArg{lower::None{}});
+  call.args.emplace_back();  // memory_format=None
   TensorView target{&dense, view.dtype, view.sizes, contiguous_strides(view.sizes), 0};
   call.targets.push_back(target);
   execute(call);

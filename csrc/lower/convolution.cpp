@@ -8,8 +8,9 @@ namespace torch_tpu::lower {
 
 namespace {
 
+// output_padding is not kept: the result sizes the rules are given imply it.
 struct ConvParams {
-  Dims stride, padding, dilation, output_padding;
+  Dims stride, padding, dilation;
   bool transposed = false;
   int64_t groups = 1;
 };
@@ -31,7 +32,6 @@ ConvParams read_params(const Args& a, size_t first, int64_t spatial) {
   p.padding = per_dim(a.ints(first + 1), spatial);
   p.dilation = per_dim(a.ints(first + 2), spatial);
   p.transposed = a.boolean(first + 3);
-  p.output_padding = per_dim(a.ints(first + 4), spatial);
   p.groups = a.integer(first + 5);
   return p;
 }
@@ -49,15 +49,13 @@ hlo::ConvDims nc_dims(int64_t spatial) {
   return d;
 }
 
-Dims spatial_sizes(const Value& x) {
-  return Dims(x.dims().begin() + 2, x.dims().end());
-}
+Dims spatial_sizes(const Value& x) { return Dims(x.dims().begin() + 2, x.dims().end()); }
 
 // Correlates x [N, C_in, ...] with w [C_out, C_in/groups, k...] and yields the
 // `out` spatial sizes: PyTorch's forward convolution. The high padding is
 // what reaching `out` needs; it never exceeds the requested padding.
-Value correlate(Context& c, const Value& x, const Value& w, const ConvParams& p,
-                const Dims& out, ElementType result) {
+Value correlate(Context& c, const Value& x, const Value& w, const ConvParams& p, const Dims& out,
+                ElementType result) {
   int64_t n = static_cast<int64_t>(out.size());
   hlo::ConvConfig config;
   config.window_strides = p.stride;
@@ -138,22 +136,25 @@ Value kernel_grad(Context& c, const Value& x, const Value& grad_out, const ConvP
   return conv(c, x, grad_out, dims, config, result);
 }
 
+// Integers convolve exactly (wrapping in their type), as PyTorch's int64
+// kernels do. PyTorch's CPU kernels reject bool and complex (F.conv* splits
+// complex inputs into real convolutions before reaching us): the fallback
+// raises their error.
 void check_type(const Value& x) {
-  if (!is_floating(x.type())) {
-    // PyTorch's CPU kernels reject these too; the fallback says so.
+  if (x.type() == ElementType::Pred || is_complex(x.type())) {
     throw Unsupported("convolution of " + std::string(short_name(x.type())) + " tensors");
   }
 }
 
-Value convolve(Context& c, const Value& x, const Value& w, const ConvParams& p,
-               const Dims& out, ElementType result) {
+Value convolve(Context& c, const Value& x, const Value& w, const ConvParams& p, const Dims& out,
+               ElementType result) {
   if (p.transposed) return transpose_conv(c, x, w, p, out, result);
   return correlate(c, x, w, p, out, result);
 }
 
 // convolution(input, weight, bias, stride, padding, dilation, transposed,
-// output_padding, groups); also _convolution and convolution_overrideable,
-// whose extra arguments only pick a backend.
+// output_padding, groups); also _convolution, whose extra arguments only
+// pick a backend.
 std::vector<Value> convolution(Context& c, const Args& a) {
   Value x = a.tensor(0), w = a.tensor(1);
   check_type(x);
@@ -170,38 +171,42 @@ std::vector<Value> convolution(Context& c, const Args& a) {
 // convolution_backward(grad_output, input, weight, bias_sizes, stride,
 // padding, dilation, transposed, output_padding, groups, output_mask)
 //   -> (grad_input, grad_weight, grad_bias)
+// A result the output mask leaves out is returned undefined: the engine
+// discards whatever the rule gives for it, so it gets a zero placeholder of
+// the type and shape the engine announces instead of a convolution.
 std::vector<Value> convolution_backward(Context& c, const Args& a) {
   Value grad = a.tensor(0), x = a.tensor(1), w = a.tensor(2);
   check_type(x);
   ConvParams p = read_params(a, 4, x.rank() - 2);
   BoolList mask = a.bools(10);
   std::vector<Value> results;
+  for (size_t i = 0; i < 3; ++i) results.push_back(c.b.full(c.output(i), 0));
   // A transposed convolution's input gradient is the forward correlation,
   // and a correlation's the transposed convolution, with the same weight.
   if (mask[0]) {
     ConvParams q = p;
     q.transposed = !p.transposed;
-    results.push_back(convolve(c, grad, w, q, spatial_sizes(x), c.output(0).type));
+    results[0] = convolve(c, grad, w, q, spatial_sizes(x), c.output(0).type);
   }
   // The kernel gradient of a transposed convolution is that of the
   // correlation it is the gradient of: grad_output and input swap roles.
   if (mask[1]) {
     const Value& lhs = p.transposed ? grad : x;
     const Value& rhs = p.transposed ? x : grad;
-    results.push_back(kernel_grad(c, lhs, rhs, p, spatial_sizes(w), c.output(1).type));
+    results[1] = kernel_grad(c, lhs, rhs, p, spatial_sizes(w), c.output(1).type);
   }
   if (mask[2]) {
     Value g = convert(c.b, grad, accumulation_type(grad.type()));
     Dims dims{0};
     for (int64_t i = 2; i < g.rank(); ++i) dims.push_back(i);
-    results.push_back(reduce_sum(c.b, g, dims));
+    results[2] = reduce_sum(c.b, g, dims);
   }
   return results;
 }
 
 }  // namespace
 
-TPU_LOWERING_PRECISION(convolution, "convolution", "_convolution", "convolution_overrideable");
+TPU_LOWERING_PRECISION(convolution, "convolution", "_convolution");
 TPU_LOWERING_PRECISION(convolution_backward, "convolution_backward");
 
 }  // namespace torch_tpu::lower

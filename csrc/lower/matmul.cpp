@@ -12,8 +12,7 @@ namespace {
 
 // One bilinear product (a dot_general or a convolution) of two operands at a
 // given precision_config, returning `result` elements.
-using Product =
-    std::function<Value(const Value&, const Value&, Precision, ElementType)>;
+using Product = std::function<Value(const Value&, const Value&, Precision, ElementType)>;
 
 // Rounds float32 values to the nearest bfloat16 (ties to even), keeping them
 // in float32. Spelled in integer arithmetic: a compiler allowed excess
@@ -40,8 +39,8 @@ std::pair<Value, Value> split_bf16(Builder& b, const Value& x) {
 
 // A float32 product with TPU numerics, spelled out for platforms whose
 // matrix units ignore precision_config. Each pass multiplies bf16 values
-// exactly and accumulates in float32, as the MXU does; HIGHEST keeps the
-// passes so no platform substitutes a faster, less precise mode (TF32).
+// exactly and accumulates in float32, as the MXU does; each asks for HIGHEST
+// so that no platform substitutes a faster, less precise mode (TF32 on GPUs).
 Value emulated_f32(Precision p, const Value& lhs, const Value& rhs, Builder& b,
                    const Product& product) {
   auto pass = [&](const Value& l, const Value& r) {
@@ -53,7 +52,7 @@ Value emulated_f32(Precision p, const Value& lhs, const Value& rhs, Builder& b,
     case Precision::High: {
       auto [lhs_hi, lhs_lo] = split_bf16(b, lhs);
       auto [rhs_hi, rhs_lo] = split_bf16(b, rhs);
-      // The small cross terms first, as a TPU sums them before the main one.
+      // The small cross terms first: their sum loses less next to the large one.
       Value cross = b.add(pass(lhs_hi, rhs_lo), pass(lhs_lo, rhs_hi));
       return b.add(cross, pass(lhs_hi, rhs_hi));
     }
@@ -71,8 +70,7 @@ Value emulated_c64(Precision p, const Value& lhs, const Value& rhs, Builder& b,
   return b.complex(b.sub(real(lr, rr), real(li, ri)), b.add(real(lr, ri), real(li, rr)));
 }
 
-Value with_precision(Context& c, Value lhs, Value rhs, ElementType result,
-                     const Product& product) {
+Value with_precision(Context& c, Value lhs, Value rhs, ElementType result, const Product& product) {
   Builder& b = c.b;
   ElementType t = promote_types(lhs.type(), rhs.type());
   if (t == ElementType::Pred) throw Unsupported("matrix products of bool tensors");
@@ -135,26 +133,28 @@ Value conj(Builder& b, const Value& x) {
   return b.complex(b.real(x), b.neg(b.imag(x)));
 }
 
-// beta * self + alpha * product, in the type of `product`. beta == 0 ignores
-// `self` entirely (NaN and inf included), as PyTorch documents for the add*
-// family. beta and alpha are runtime scalars: new values do not recompile.
-Value scale_add(Builder& b, const Operand& self, const Value& product, const Operand& beta,
-                const Operand& alpha) {
-  ElementType t = product.type();
-  Value s = broadcast_to(b, convert(b, self.value, t), product.dims());
-  Value beta_t = convert(b, beta.value, t);
-  Value zero = b.constant(0.0, t);
-  Value scaled_self = b.mul(broadcast_to(b, beta_t, s.dims()), s);
-  Value ignored = b.compare(beta_t, zero, hlo::Comparison::EQ);
-  scaled_self = b.select(ignored, full_like(b, s, 0.0), scaled_self);
-  Value alpha_t = broadcast_to(b, convert(b, alpha.value, t), product.dims());
-  return b.add(scaled_self, b.mul(alpha_t, product));
+// `scale * x`, or zeros where `scale` is 0 so that NaN and inf in `x` do not
+// propagate. PyTorch documents this for beta and self in the add* family;
+// for alpha it is what BLAS (PyTorch's float32/float64 path) does: with
+// alpha == 0 it reads neither matrix.
+Value scaled(Builder& b, const Value& scale, const Value& x) {
+  Value s = broadcast_to(b, convert(b, scale, x.type()), x.dims());
+  Value zero = full_like(b, x, 0.0);
+  return b.select(b.compare(s, zero, hlo::Comparison::EQ), zero, b.mul(s, x));
 }
 
-const hlo::DotDims kMatrix{{}, {}, {1}, {0}};        // [n,m] x [m,p]
-const hlo::DotDims kBatched{{0}, {0}, {2}, {1}};     // [b,n,m] x [b,m,p]
+// beta * self + alpha * product, in the type of `product`. beta and alpha
+// are runtime scalars: new values do not recompile.
+Value scale_add(Builder& b, const Operand& self, const Value& product, const Operand& beta,
+                const Operand& alpha) {
+  Value s = broadcast_to(b, convert(b, self.value, product.type()), product.dims());
+  return b.add(scaled(b, beta.value, s), scaled(b, alpha.value, product));
+}
+
+const hlo::DotDims kMatrix{{}, {}, {1}, {0}};          // [n,m] x [m,p]
+const hlo::DotDims kBatched{{0}, {0}, {2}, {1}};       // [b,n,m] x [b,m,p]
 const hlo::DotDims kBatchSum{{}, {}, {0, 2}, {0, 1}};  // sum over b of the above
-const hlo::DotDims kVector{{}, {}, {0}, {0}};        // [m] . [m]
+const hlo::DotDims kVector{{}, {}, {0}, {0}};          // [m] . [m]
 
 // mm(self, mat2)
 std::vector<Value> mm(Context& c, const Args& a) {
