@@ -217,12 +217,28 @@ Value reduce_sum(Builder& b, const Value& x, const Dims& dims) {
   return reduce_with(b, x, dims, b.constant(0.0, x.type()), &Builder::add);
 }
 
+// The reduce combiner of XLA CPU drops NaNs that elementwise maximum would
+// propagate; PyTorch propagates them, so floating combiners check explicitly.
+Value reduce_extreme(Builder& b, const Value& x, const Dims& dims, bool max) {
+  if (dims.empty()) return x;
+  Value init = max ? lowest_value(b, x.type()) : highest_value(b, x.type());
+  bool floating = is_floating(x.type());
+  return b.reduce({x}, {init}, dims,
+                  [max, floating](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
+                    Value m = max ? r.max(a[0], a[1]) : r.min(a[0], a[1]);
+                    if (!floating) return {m};
+                    Value a_nan = r.compare(a[0], a[0], hlo::Comparison::NE);
+                    Value b_nan = r.compare(a[1], a[1], hlo::Comparison::NE);
+                    return {r.select(a_nan, a[0], r.select(b_nan, a[1], m))};
+                  })[0];
+}
+
 Value reduce_max(Builder& b, const Value& x, const Dims& dims) {
-  return reduce_with(b, x, dims, lowest_value(b, x.type()), &Builder::max);
+  return reduce_extreme(b, x, dims, true);
 }
 
 Value reduce_min(Builder& b, const Value& x, const Dims& dims) {
-  return reduce_with(b, x, dims, highest_value(b, x.type()), &Builder::min);
+  return reduce_extreme(b, x, dims, false);
 }
 
 Value lowest_value(Builder& b, ElementType t) { return extreme(b, t, false); }

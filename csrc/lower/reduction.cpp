@@ -42,6 +42,12 @@ int64_t count(const Dims& shape, const Dims& reduced) {
   return n;
 }
 
+// Positions along a dimension of `n` elements are computed in 32 bits where
+// they fit (TPUs emulate 64-bit integers) and widened to PyTorch's int64 last.
+ElementType index_type(int64_t n) {
+  return n < std::numeric_limits<int32_t>::max() ? ElementType::S32 : ElementType::S64;
+}
+
 // The reduced value shaped as result `i` (keepdim or not).
 Value fit(Context& c, const Value& v, size_t i = 0) { return c.b.reshape(v, c.output(i).dims); }
 
@@ -87,9 +93,8 @@ using Combiner = Value (Builder::*)(const Value&, const Value&);
 
 Value reduce_binary(Builder& b, const Value& x, const Dims& dims, const Value& init, Combiner op) {
   if (dims.empty()) return x;
-  return b.reduce({x}, {init}, dims, [op](Builder& r, const Values& v) -> Values {
-    return {(r.*op)(v[0], v[1])};
-  })[0];
+  return b.reduce({x}, {init}, dims,
+                  [op](Builder& r, const Values& v) -> Values { return {(r.*op)(v[0], v[1])}; })[0];
 }
 
 Value reduce_prod(Builder& b, const Value& x, const Dims& dims) {
@@ -107,11 +112,20 @@ Value reduce_all(Builder& b, const Value& x, const Dims& dims) {
   return reduce_binary(b, nonzero(b, x), dims, b.constant_bool(true), &Builder::and_);
 }
 
-// Extremum with NaN counted as beyond every number (PyTorch's max/min
-// propagate NaN). StableHLO's maximum/minimum already follow IEEE-754's
-// NaN-propagating maximum/minimum, so this only names the intent.
+// max/min that propagate NaN like PyTorch's. StableHLO's maximum/minimum do
+// not reliably do so: XLA's CPU backend drops NaN inside reductions.
+Value extreme(Builder& b, const Value& x, const Value& y, bool is_max) {
+  Value m = is_max ? b.max(x, y) : b.min(x, y);
+  if (!is_floating(x.type())) return m;
+  return b.select(is_nan(b, x), x, b.select(is_nan(b, y), y, m));
+}
+
 Value reduce_extreme(Builder& b, const Value& x, const Dims& dims, bool is_max) {
-  return is_max ? reduce_max(b, x, dims) : reduce_min(b, x, dims);
+  if (dims.empty()) return x;
+  Value init = is_max ? lowest_value(b, x.type()) : highest_value(b, x.type());
+  return b.reduce({x}, {init}, dims, [is_max](Builder& r, const Values& v) -> Values {
+    return {extreme(r, v[0], v[1], is_max)};
+  })[0];
 }
 
 // ---------------------------------------------------------------- sum, mean, prod
@@ -148,6 +162,16 @@ Values prod(Context& c, const Args& a) {
   Value x = a.tensor(0);
   Dims dims = a.size() > 2 ? reduction_dims({a.integer(1)}, x.rank()) : all_dims(x.rank());
   return {fit(c, reduce_prod(c.b, accumuland(c.b, x, c.output(0).type), dims))};
+}
+
+// trace(self): the sum of the main diagonal of a (possibly rectangular)
+// matrix, with sum's dtype rules.
+Values trace(Context& c, const Args& a) {
+  Builder& b = c.b;
+  Value x = accumuland(b, a.tensor(0), c.output(0).type);
+  ElementType it = index_type(std::max(x.dim(0), x.dim(1)));
+  Value diagonal = b.compare(b.iota({it, x.dims()}, 0), b.iota({it, x.dims()}, 1), Comparison::EQ);
+  return {reduce_sum(b, b.select(diagonal, x, full_like(b, x, 0)), {0, 1})};
 }
 
 // ---------------------------------------------------------------- extrema
@@ -213,16 +237,17 @@ Value ties(Builder& b, const Value& x, const Value& y) {
 // variadic reduce over (value, index) pairs. The init pairs the identity
 // value with the largest index, so it never wins a tie.
 Values arg_extreme(Builder& b, const Value& x, int64_t dim, bool is_max) {
-  Value index = b.iota({ElementType::S64, x.dims()}, dim);
+  ElementType it = index_type(x.dim(dim));
+  Value index = b.iota({it, x.dims()}, dim);
   Value init_value = is_max ? lowest_value(b, x.type()) : highest_value(b, x.type());
-  Value init_index = b.constant_int(std::numeric_limits<int64_t>::max(), ElementType::S64);
-  return b.reduce({x, index}, {init_value, init_index}, {dim},
-                  [is_max](Builder& r, const Values& v) -> Values {
-                    const Value &xv = v[0], &xi = v[1], &yv = v[2], &yi = v[3];
-                    Value first = r.and_(ties(r, xv, yv), r.compare(xi, yi, Comparison::LT));
-                    Value take_x = r.or_(beats(r, xv, yv, is_max), first);
-                    return {r.select(take_x, xv, yv), r.select(take_x, xi, yi)};
-                  });
+  Values r = b.reduce({x, index}, {init_value, highest_value(b, it)}, {dim},
+                      [is_max](Builder& r, const Values& v) -> Values {
+                        const Value &xv = v[0], &xi = v[1], &yv = v[2], &yi = v[3];
+                        Value first = r.and_(ties(r, xv, yv), r.compare(xi, yi, Comparison::LT));
+                        Value take_x = r.or_(beats(r, xv, yv, is_max), first);
+                        return {r.select(take_x, xv, yv), r.select(take_x, xi, yi)};
+                      });
+  return {r[0], b.convert(r[1], ElementType::S64)};
 }
 
 // The input flattened (dim=None) or as rank >= 1 (a 0-dim input has one
@@ -243,7 +268,9 @@ void check_reduced_size(const Value& x, int64_t dim, const char* op) {
 // argmax(self, dim=None, keepdim) / argmin
 Values arg_rule(Context& c, const Args& a, bool is_max) {
   const char* op = is_max ? "argmax" : "argmin";
-  if (a.tensor(0).type() == ElementType::Pred) fail(std::string(op) + "(): does not support bool input");
+  if (a.tensor(0).type() == ElementType::Pred) {
+    fail(std::string(op) + "(): does not support bool input");
+  }
   check_real(a.tensor(0), op);
   auto [x, dim] = arg_operand(c.b, a.tensor(0), a.optional_integer(1));
   check_reduced_size(x, dim, op);
@@ -359,6 +386,7 @@ Values logsumexp(Context& c, const Args& a) {
   Value x = accumuland(b, a.tensor(0), c.output(0).type);
   Dims dims = reduction_dims(a.ints(1), x.rank());
   Value re = is_complex(x.type()) ? b.real(x) : x;
+  // The shift need not see NaNs: a NaN input makes the sum NaN anyway.
   Value m = reduce_max(b, re, dims);
   m = b.select(b.is_finite(m), m, full_like(b, m, 0));
   Value shift = convert(b, expand_reduced(b, m, x.dims(), dims), x.type());
@@ -384,12 +412,13 @@ Value p_norm(Builder& b, const Value& x, const Value& ord, const Dims& dims) {
   };
   const double inf = std::numeric_limits<double>::infinity();
   Value power = b.pow(v, splat(b, p, v));
-  Value term = pick(is(0), b.convert(nonzero(b, v), t),
-                    pick(is(1), v, pick(is(2), b.mul(v, v), power)));
-  Values r = b.reduce({term, v, v}, {b.constant(0.0, t), b.constant(0.0, t), b.constant(inf, t)},
-                      dims, [](Builder& r, const Values& a) -> Values {
-                        return {r.add(a[0], a[3]), r.max(a[1], a[4]), r.min(a[2], a[5])};
-                      });
+  Value term =
+      pick(is(0), b.convert(nonzero(b, v), t), pick(is(1), v, pick(is(2), b.mul(v, v), power)));
+  Values r = b.reduce(
+      {term, v, v}, {b.constant(0.0, t), b.constant(0.0, t), b.constant(inf, t)}, dims,
+      [](Builder& r, const Values& a) -> Values {
+        return {r.add(a[0], a[3]), extreme(r, a[1], a[4], true), extreme(r, a[2], a[5], false)};
+      });
   const Value &s = r[0], &largest = r[1], &smallest = r[2];
   Value root = b.pow(s, splat(b, b.div(b.constant(1.0, t), p), s));
   Value norm = pick(b.or_(is(0), is(1)), s, pick(is(2), b.sqrt(s), root));
@@ -424,66 +453,49 @@ Values norm(Context& c, const Args& a) {
 // segment (both as tuples of same-shaped arrays). Must be associative.
 using ScanFn = std::function<Values(Builder&, const Values& earlier, const Values& later)>;
 
-Values slice_along(Builder& b, const Values& xs, int64_t axis, int64_t start, int64_t limit,
-                   int64_t stride) {
-  Values out;
-  for (const Value& x : xs) {
-    Dims lo(x.rank(), 0), hi = x.dims(), st(x.rank(), 1);
-    lo[axis] = start;
-    hi[axis] = limit;
-    st[axis] = stride;
-    out.push_back(b.slice(x, lo, hi, st));
-  }
-  return out;
-}
-
-// Interleaves `even` (positions 0, 2, ...) with `odd` (1, 3, ...) along axis.
-Values interleave(Builder& b, const Values& even, const Values& odd, int64_t axis) {
-  int64_t n = even[0].dim(axis) + odd[0].dim(axis);
-  bool same = even[0].dim(axis) == odd[0].dim(axis);
-  Value position = b.iota({ElementType::S64, {n}}, 0);
-  Value two = b.full(position.shape, 2);
-  Value is_even = b.compare(b.rem(position, two), b.full(position.shape, 0), Comparison::EQ);
-  Values out;
-  for (size_t k = 0; k < even.size(); ++k) {
-    int64_t rank = even[k].rank();
-    Dims zero(rank, 0), low = zero, high = zero, interior = zero;
-    interior[axis] = 1;
-    Value pad = b.constant(0.0, even[k].type());
-    high[axis] = same ? 1 : 0;
-    Value e = b.pad(even[k], pad, zero, high, interior);
-    low[axis] = 1;
-    high[axis] = same ? 0 : 1;
-    Value o = b.pad(odd[k], pad, low, high, interior);
-    out.push_back(b.select(b.broadcast_in_dim(is_even, e.dims(), {axis}), e, o));
-  }
-  return out;
-}
-
-// Inclusive scan along `axis` in O(log n) depth (JAX's associative_scan):
-// combine adjacent pairs, scan that half-length sequence (the odd
-// positions), then fill the even positions from it.
-Values associative_scan(Builder& b, const Values& xs, int64_t axis, const ScanFn& fn) {
-  int64_t n = xs[0].dim(axis);
+// Inclusive scan along `axis` by doubling (Hillis-Steele): step k combines
+// each element with the running value 2^k positions earlier. The steps are
+// the iterations of one while loop, so the program (and its compile time)
+// stays small whatever the length; the work is O(n log n).
+Values doubling_scan(Builder& b, const Values& xs, int64_t axis, const ScanFn& fn) {
+  const Dims dims = xs[0].dims();
+  const int64_t n = dims[axis];
   if (n < 2) return xs;
-  Values odd = associative_scan(
-      b, fn(b, slice_along(b, xs, axis, 0, n - 1, 2), slice_along(b, xs, axis, 1, n, 2)), axis,
-      fn);
-  Values first = slice_along(b, xs, axis, 0, 1, 1);
-  Values even = first;
-  if (n > 2) {
-    Values prefix = n % 2 == 0 ? slice_along(b, odd, axis, 0, n / 2 - 1, 1) : odd;
-    Values rest = fn(b, prefix, slice_along(b, xs, axis, 2, n, 2));
-    for (size_t k = 0; k < even.size(); ++k) even[k] = b.concatenate({first[k], rest[k]}, axis);
-  }
-  return interleave(b, even, odd, axis);
+  const ElementType it = index_type(n);
+  Values init = xs;
+  init.insert(init.begin(), b.constant_int(1, it));  // the shift, doubling each step
+  auto cond = [n, it](Builder& r, const Values& v) -> Values {
+    return {r.compare(v[0], r.constant_int(n, it), Comparison::LT)};
+  };
+  auto body = [&dims, axis, n, it, &fn](Builder& r, const Values& v) -> Values {
+    const Value& shift = v[0];
+    Values ys(v.begin() + 1, v.end()), earlier;
+    Dims low(dims.size(), 0), none(dims.size(), 0);
+    low[axis] = n;
+    std::vector<Value> starts(dims.size(), r.constant_int(0, it));
+    starts[axis] = r.sub(r.constant_int(n, it), shift);
+    for (const Value& y : ys) {
+      Value padded = r.pad(y, r.constant(0.0, y.type()), low, none, none);
+      earlier.push_back(r.dynamic_slice(padded, starts, dims));
+    }
+    Values combined = fn(r, earlier, ys);
+    Value position = r.iota({it, dims}, axis);
+    Value has_earlier = r.compare(position, r.broadcast_in_dim(shift, dims, {}), Comparison::GE);
+    Values next{r.mul(shift, r.constant_int(2, it))};
+    for (size_t k = 0; k < ys.size(); ++k) {
+      next.push_back(r.select(has_earlier, combined[k], ys[k]));
+    }
+    return next;
+  };
+  Values out = b.while_loop(init, cond, body);
+  return Values(out.begin() + 1, out.end());
 }
 
 // Scans `xs` along `dim` of a possibly 0-dim input.
 Values scan(Builder& b, Values xs, int64_t dim, const ScanFn& fn) {
   Dims shape = xs[0].dims();
   if (shape.empty()) return xs;  // one element: the scan is the identity
-  return associative_scan(b, xs, wrap_dim(dim, static_cast<int64_t>(shape.size())), fn);
+  return doubling_scan(b, xs, wrap_dim(dim, static_cast<int64_t>(shape.size())), fn);
 }
 
 ScanFn elementwise_scan(Combiner op) {
@@ -497,8 +509,8 @@ ScanFn elementwise_scan(Combiner op) {
 Values cumulative(Context& c, const Args& a, bool product) {
   Value x = accumuland(c.b, a.tensor(0), c.output(0).type);
   bool pred = x.type() == ElementType::Pred;
-  Combiner op = product ? (pred ? &Builder::and_ : &Builder::mul)
-                        : (pred ? &Builder::or_ : &Builder::add);
+  Combiner op =
+      product ? (pred ? &Builder::and_ : &Builder::mul) : (pred ? &Builder::or_ : &Builder::add);
   return {scan(c.b, {x}, a.integer(1), elementwise_scan(op))[0]};
 }
 
@@ -508,7 +520,7 @@ Values cumprod(Context& c, const Args& a) { return cumulative(c, a, true); }
 // log(exp(x) + exp(y)) computed stably; equal infinities return themselves
 // (PyTorch's _log_add_exp_helper) instead of inf - inf = NaN.
 Value log_add_exp(Builder& b, const Value& x, const Value& y) {
-  Value hi = b.max(x, y), lo = b.min(x, y);
+  Value hi = extreme(b, x, y, true), lo = extreme(b, x, y, false);
   Value sum = b.add(hi, b.unary("log_plus_one", b.exp(b.sub(lo, hi))));
   Value general = b.or_(b.compare(lo, hi, Comparison::NE), b.is_finite(lo));
   return b.select(general, sum, x);
@@ -533,8 +545,9 @@ Values cumulative_extreme(Context& c, const Args& a, bool is_max) {
   Value x = a.tensor(0);
   check_real(x, is_max ? "cummax" : "cummin");
   int64_t dim = a.integer(1);
-  Value index = x.rank() == 0 ? c.b.constant_int(0, ElementType::S64)
-                              : c.b.iota({ElementType::S64, x.dims()}, wrap_dim(dim, x.rank()));
+  Value index = x.rank() == 0
+                    ? c.b.constant_int(0, ElementType::S32)
+                    : c.b.iota({index_type(x.dim(dim)), x.dims()}, wrap_dim(dim, x.rank()));
   bool floating = is_floating(x.type());
   ScanFn fn = [is_max, floating](Builder& b, const Values& p, const Values& q) -> Values {
     Value take = b.compare(q[0], p[0], is_max ? Comparison::GE : Comparison::LE);
@@ -543,7 +556,8 @@ Values cumulative_extreme(Context& c, const Args& a, bool is_max) {
     }
     return {b.select(take, q[0], p[0]), b.select(take, q[1], p[1])};
   };
-  return scan(c.b, {x, index}, dim, fn);
+  Values r = scan(c.b, {x, index}, dim, fn);
+  return {r[0], c.b.convert(r[1], ElementType::S64)};
 }
 
 Values cummax(Context& c, const Args& a) { return cumulative_extreme(c, a, true); }
@@ -555,6 +569,7 @@ TPU_LOWERING(sum, "sum", "sum.dim_IntList");
 TPU_LOWERING(nansum, "nansum");
 TPU_LOWERING(mean, "mean", "mean.dim");
 TPU_LOWERING(prod, "prod", "prod.dim_int");
+TPU_LOWERING(trace, "trace");
 TPU_LOWERING(amax, "amax");
 TPU_LOWERING(amin, "amin");
 TPU_LOWERING(max, "max");
