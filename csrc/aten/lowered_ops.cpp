@@ -51,6 +51,13 @@ std::string full_name(const c10::OperatorName& name) {
 
 bool is_write(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
 
+// Arguments some kernels write although their schema does not say so:
+// native_batch_norm updates running_mean and running_var in training.
+bool written_without_annotation(const std::string& op, size_t arg) {
+  return (op == "aten::native_batch_norm" || op == "aten::native_batch_norm.out") &&
+         (arg == 3 || arg == 4);
+}
+
 void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Rule* rule,
                   const std::vector<size_t>& rule_args) {
   b.rule = rule;
@@ -58,7 +65,7 @@ void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Ru
   b.rule_args = rule_args;
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
-    if (is_write(args[i])) b.mutated.push_back(i);
+    if (is_write(args[i]) || written_without_annotation(b.name, i)) b.mutated.push_back(i);
     const auto& type = args[i].real_type();
     if (!is_write(args[i]) && (type->isSubtypeOf(*c10::TensorType::get()) ||
                                type->isSubtypeOf(*c10::OptionalType::ofTensor()) ||
@@ -77,7 +84,9 @@ void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Ru
     if (ret.alias_info() && ret.alias_info()->isWrite()) {
       for (size_t m = 0; m < b.mutated.size(); ++m) {
         const auto* info = args[b.mutated[m]].alias_info();
-        if (info->beforeSets() == ret.alias_info()->beforeSets()) alias = static_cast<int>(m);
+        if (info && info->beforeSets() == ret.alias_info()->beforeSets()) {
+          alias = static_cast<int>(m);
+        }
       }
     }
     b.return_alias.push_back(alias);

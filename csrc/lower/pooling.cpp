@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 
 #include "lower/helpers.h"
 
@@ -133,8 +134,8 @@ std::vector<Value> max_pool3d_with_indices(Context& c, const Args& a) {
 // Gradient of a max pooling: each output's gradient is added at the input
 // position its index names (PyTorch's `grad_input[index] += grad_output`).
 // Indices outside the plane (e.g. -1) are skipped, as scatter does.
-Value scatter_to_positions(Builder& b, const Value& grad, const Value& indices,
-                           const Shape& input, size_t k) {
+Value scatter_to_positions(Builder& b, const Value& grad, const Value& indices, const Shape& input,
+                           size_t k) {
   int64_t lead = input.rank() - static_cast<int64_t>(k);
   Dims planes(input.dims.begin(), input.dims.begin() + lead);
   int64_t num_planes = product(planes);
@@ -221,8 +222,8 @@ struct AvgArgs {
 // pooled input and output.
 AvgArgs avg_args(const Args& a, size_t first, const Value& x, const Dims& out_dims, size_t k) {
   AvgArgs r;
-  r.pool = pool_geometry(x, out_dims, k, a.ints(first + 1), a.ints(first + 2), a.ints(first + 3),
-                         {});
+  r.pool =
+      pool_geometry(x, out_dims, k, a.ints(first + 1), a.ints(first + 2), a.ints(first + 3), {});
   r.count_include_pad = a.boolean(first + 5);
   r.divisor_override = a.optional_integer(first + 6);
   return r;
@@ -248,7 +249,7 @@ std::vector<Value> avg_pool3d(Context& c, const Args& a) { return avg_pool(c, a,
 // Adds every output window's value back onto the input positions it covers
 // (the transpose of a strided window sum): the values are spread `stride`
 // apart and each input position sums the kernel-sized window that ends at it.
-Value window_sum_transpose(Builder& b, const Value& g, const Pool& p, const Dims& in_dims) {
+Value window_sum_transpose(Builder& b, const Value& g, const Pool& p) {
   Dims low(g.rank(), 0), high(g.rank(), 0), interior(g.rank(), 0);
   hlo::Window w;
   w.dimensions.assign(g.rank(), 1);
@@ -274,7 +275,7 @@ std::vector<Value> avg_pool_backward(Context& c, const Args& a, size_t k) {
   ElementType acc = is_floating(in.type) ? accumulation_type(in.type) : in.type;
   Value divisor = avg_divisors(c.b, p.pool, p.count_include_pad, p.divisor_override, acc);
   Value share = c.b.div(convert(c.b, grad, acc), broadcast_to(c.b, divisor, grad.dims()));
-  return {window_sum_transpose(c.b, share, p.pool, in.dims)};
+  return {window_sum_transpose(c.b, share, p.pool)};
 }
 
 std::vector<Value> avg_pool2d_backward(Context& c, const Args& a) {
@@ -346,21 +347,40 @@ Value divide_by_lengths(Builder& b, Value x, int64_t lead, const Dims& in, const
   return x;
 }
 
+// Windows that tile the input evenly (in % out == 0 in every pooled dim) make
+// a plain strided window, cheaper to compile and run than contractions.
+std::optional<Pool> even_windows(int64_t lead, const Dims& in, const Dims& out) {
+  Pool p;
+  p.lead = lead;
+  p.in = in;
+  p.out = out;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (out[d] == 0 || in[d] % out[d] != 0) return std::nullopt;
+    p.kernel.push_back(in[d] / out[d]);
+    p.stride.push_back(in[d] / out[d]);
+    p.pad.push_back(0);
+    p.dilation.push_back(1);
+  }
+  return p;
+}
+
 // _adaptive_avg_pool{2,3}d(self, output_size)
 std::vector<Value> adaptive_avg_pool(Context& c, const Args& a, size_t k) {
   Value x = a.tensor(0);
   const Shape& out = c.output(0);
   if (is_empty(out.dims)) return {c.b.full(out, 0)};
   int64_t lead = x.rank() - static_cast<int64_t>(k);
-  ElementType acc = accumulation_type(x.type());
-  Value y = convert(c.b, x, acc);
-  for (size_t d = 0; d < k; ++d) {
-    int64_t i = lead + static_cast<int64_t>(d);
-    y = contract_first_pooled(c.b, y, lead, adaptive_membership(c.b, x.dim(i), out.dims[i], acc),
-                              1);
-  }
   Dims in_sizes(x.dims().begin() + lead, x.dims().end());
   Dims out_sizes(out.dims.begin() + lead, out.dims.end());
+  Value y = convert(c.b, x, accumulation_type(x.type()));
+  if (auto even = even_windows(lead, in_sizes, out_sizes)) {
+    y = window_sum(c.b, y, pool_window(*even));
+  } else {
+    for (size_t d = 0; d < k; ++d) {
+      Value member = adaptive_membership(c.b, in_sizes[d], out_sizes[d], y.type());
+      y = contract_first_pooled(c.b, y, lead, member, 1);
+    }
+  }
   return {divide_by_lengths(c.b, y, lead, in_sizes, out_sizes)};
 }
 
@@ -383,6 +403,9 @@ std::vector<Value> adaptive_avg_pool_backward(Context& c, const Args& a, size_t 
   Dims in_sizes(in.dims.begin() + lead, in.dims.end());
   Dims out_sizes(grad.dims().begin() + lead, grad.dims().end());
   Value g = divide_by_lengths(c.b, convert(c.b, grad, acc), lead, in_sizes, out_sizes);
+  if (auto even = even_windows(lead, in_sizes, out_sizes)) {
+    return {window_sum_transpose(c.b, g, *even)};
+  }
   for (size_t d = 0; d < k; ++d) {
     g = contract_first_pooled(c.b, g, lead,
                               adaptive_membership(c.b, in_sizes[d], out_sizes[d], acc), 0);
@@ -447,10 +470,9 @@ std::vector<Value> adaptive_max_pool(Context& c, const Args& a, size_t k) {
     window_dims.push_back(len);
     Dims mapping;
     for (size_t m = 0; m + 2 < window_dims.size(); ++m) mapping.push_back(m);
-    Value scaled =
-        flat ? c.b.mul(c.b.broadcast_in_dim(*flat, window_dims, mapping),
-                       c.b.full({kIndex, window_dims}, static_cast<double>(in)))
-             : c.b.full({kIndex, window_dims}, 0);
+    Value scaled = flat ? c.b.mul(c.b.broadcast_in_dim(*flat, window_dims, mapping),
+                                  c.b.full({kIndex, window_dims}, static_cast<double>(in)))
+                        : c.b.full({kIndex, window_dims}, 0);
     int64_t last = static_cast<int64_t>(window_dims.size());
     flat = c.b.add(scaled, c.b.broadcast_in_dim(table, window_dims, {last - 2, last - 1}));
   }
