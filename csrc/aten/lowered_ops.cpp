@@ -25,6 +25,8 @@ struct TensorMeta {
 struct MetaResult {
   std::vector<std::vector<std::optional<TensorMeta>>> returns;  // per return: its tensor(s)
   std::vector<bool> is_list;
+  // Sizes the mutated arguments have after the call (out= tensors get resized).
+  std::vector<std::vector<std::vector<int64_t>>> mutated_sizes;
 };
 
 struct Binding {
@@ -241,7 +243,14 @@ struct MetaConverter {
   std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages;
 
   at::Tensor convert(const at::Tensor& t) {
-    if (!is_tpu(t)) return t;
+    if (!t.defined()) return t;
+    if (!is_tpu(t)) {
+      // Python numbers stay CPU tensors (PyTorch expects them there); other CPU
+      // scalars become meta tensors, because some Python meta rules refuse to
+      // mix devices.
+      if (t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+      return at::empty({}, t.options().device(c10::kMeta));
+    }
     const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
     c10::Storage* storage = nullptr;
     for (auto& [key, s] : storages) {
@@ -424,11 +433,13 @@ std::vector<std::optional<TensorMeta>> tensor_metas(const c10::IValue& v) {
 
 // Runs PyTorch's meta kernel (which raises PyTorch's own errors for invalid
 // calls); nullopt when the operator has no meta kernel.
-std::optional<MetaResult> run_meta(const c10::OperatorHandle& op,
+std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHandle& op,
                                    c10::ArrayRef<c10::IValue> args) {
   MetaConverter meta;
   torch::jit::Stack meta_stack;
   for (const c10::IValue& v : args) meta_stack.push_back(meta.convert(v));
+  std::vector<c10::IValue> mutated;  // the meta stand-ins of written arguments
+  for (size_t m : binding.mutated) mutated.push_back(meta_stack[m]);
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
   } catch (const c10::NotImplementedError&) {
@@ -438,6 +449,11 @@ std::optional<MetaResult> run_meta(const c10::OperatorHandle& op,
   for (const c10::IValue& r : meta_stack) {
     result.is_list.push_back(!r.isTensor());
     result.returns.push_back(tensor_metas(r));
+  }
+  for (const c10::IValue& v : mutated) {
+    std::vector<std::vector<int64_t>> sizes;
+    for_each_tensor(v, [&](const at::Tensor& t) { sizes.push_back(t.sizes().vec()); });
+    result.mutated_sizes.push_back(std::move(sizes));
   }
   return result;
 }
@@ -450,7 +466,7 @@ std::optional<MetaResult> meta_results(const Binding& binding, const c10::Operat
     auto it = binding.meta_cache.find(*key);
     if (it != binding.meta_cache.end()) return it->second;
   }
-  std::optional<MetaResult> result = run_meta(op, args);
+  std::optional<MetaResult> result = run_meta(binding, op, args);
   if (key && result) {
     std::lock_guard<std::mutex> lock(binding.meta_mutex);
     binding.meta_cache.emplace(*key, *result);
@@ -499,8 +515,18 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
 
-  // Results: mutated arguments (resized like PyTorch's out= kernels), or new
-  // tensors shaped like the meta results.
+  // Mutated arguments take the sizes the meta kernel gave them (out= tensors
+  // are resized like PyTorch's out= kernels do).
+  for (size_t m = 0; m < binding.mutated.size(); ++m) {
+    size_t k = 0;
+    for_each_tensor(args[binding.mutated[m]], [&](const at::Tensor& t) {
+      const auto& sizes = meta->mutated_sizes[m].at(k++);
+      if (t.sizes() != c10::IntArrayRef(sizes)) t.resize_(sizes);
+    });
+  }
+
+  // Results: the mutated arguments, or new tensors shaped like the meta
+  // results.
   std::vector<at::Tensor> targets;
   std::vector<c10::IValue> returns;
   auto mutated_tensors = [&](size_t m) {
@@ -514,14 +540,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const auto& metas = meta->returns[r];
     if (alias >= 0) {
       mutated_returned[alias] = true;
-      auto written = mutated_tensors(alias);
-      for (size_t k = 0; k < written.size(); ++k) {
-        if (k < metas.size() && metas[k] &&
-            written[k].sizes() != c10::IntArrayRef(metas[k]->sizes)) {
-          written[k].resize_(metas[k]->sizes);
-        }
-        targets.push_back(written[k]);
-      }
+      for (const at::Tensor& t : mutated_tensors(alias)) targets.push_back(t);
       returns.push_back(args[binding.mutated[alias]]);
       continue;
     }
@@ -631,8 +650,12 @@ std::vector<std::string> register_lowered_ops() {
     }
     bind(name, rule, std::nullopt);
     if (base.back() == '_') continue;  // the rule is itself in-place
-    bind(c10::OperatorName{base + "_", overload}, rule, std::nullopt);
     const auto& fargs = functional->schema().arguments();
+    c10::OperatorName inplace{base + "_", overload};
+    auto inplace_handle = dispatcher.findOp(inplace);
+    if (inplace_handle && same_arguments(inplace_handle->schema().arguments(), fargs)) {
+      bind(inplace, rule, std::nullopt);
+    }
     for (const auto& candidate : by_base[base]) {
       auto handle = dispatcher.findOp(candidate);
       if (!handle || candidate == name) continue;
