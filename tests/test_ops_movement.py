@@ -97,6 +97,7 @@ def test_gather_backward():
     check(fn, x, idx)
 
 
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter")
 @pytest.mark.parametrize("dim", [0, 1])
 def test_scatter_family(dim):
     x = sample((4, 5), torch.float32)
@@ -110,9 +111,8 @@ def test_scatter_family(dim):
     dup = index_like(idx.shape, x.shape[dim], 7)
     check(lambda t, i, s: t.scatter_add(dim, i, s), x, dup, src)
     check(lambda t, i, s: t.clone().scatter_add_(dim, i, s), x, dup, src)
-    with pytest.warns(UserWarning, match="deprecated"):
-        check(lambda t, i, s: t.scatter(dim, i, s, reduce="multiply"), x, dup, src, rtol=1e-5,
-              atol=1e-5)
+    check(lambda t, i, s: t.scatter(dim, i, s, reduce="multiply"), x, dup, src, rtol=1e-5,
+          atol=1e-5)
 
 
 def test_advanced_indexing_reads():
