@@ -25,19 +25,7 @@ void copy_on_device(const at::Tensor& dst, const at::Tensor& src) {
     d.slot->buffer = s.slot->buffer;
     return;
   }
-  engine::OpCall call;
-  call.name = "aten::copy_";
-  call.rule = lower::find_rule("_tpu_copy");
-  call.device = d.slot->device;
-  engine::CallArg arg;
-  arg.is_operand = true;
-  engine::Input in;
-  in.view = s;
-  in.dtype = s.dtype;
-  arg.inputs.push_back(in);
-  call.args.push_back(arg);
-  call.targets.push_back(d);
-  engine::execute(call);
+  engine::copy_view(s, d, "aten::copy_");
 }
 
 // A tpu tensor holding `src` (a CPU tensor) converted to `dtype`.

@@ -77,22 +77,25 @@ void download_view(const TensorView& view, void* dst) {
   // Materialise the view densely on the device first.
   StorageSlot dense{view.slot->device, static_cast<size_t>(numel * element_size(view.dtype)),
                     nullptr};
+  copy_view(view, {&dense, view.dtype, view.sizes, contiguous_strides(view.sizes), 0},
+            "copy to host");
+  backend.download(*dense.buffer, dst, what);
+}
+
+void copy_view(const TensorView& src, const TensorView& dst, const std::string& op) {
   OpCall call;
-  call.name = "aten::clone";
-  call.rule = lower::find_rule("clone");
-  call.device = view.slot->device;
+  call.name = op;
+  call.rule = lower::find_rule("_tpu_copy");
+  call.device = dst.slot->device;
   CallArg arg;
   arg.is_operand = true;
   Input in;
-  in.view = view;
-  in.dtype = view.dtype;
+  in.view = src;
+  in.dtype = src.dtype;
   arg.inputs.push_back(in);
   call.args.push_back(arg);
-  call.args.emplace_back();  // memory_format=None
-  TensorView target{&dense, view.dtype, view.sizes, contiguous_strides(view.sizes), 0};
-  call.targets.push_back(target);
+  call.targets.push_back(dst);
   execute(call);
-  backend.download(*dense.buffer, dst, what);
 }
 
 void copy_storage_across_devices(StorageSlot& dst, const StorageSlot& src) {

@@ -2,6 +2,8 @@
 // storage, moving whole storages between host and device.
 #pragma once
 
+#include <string>
+
 #include "engine/storage.h"
 
 namespace torch_tpu::engine {
@@ -12,6 +14,10 @@ void resize_storage(StorageSlot& slot, size_t nbytes);
 
 // Replaces the slot's contents with `numel` elements of `type` from the host.
 void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64_t numel);
+
+// Writes `src` into `dst` on the same device, converting the dtype and
+// broadcasting like Tensor.copy_; failures are reported under `op`.
+void copy_view(const TensorView& src, const TensorView& dst, const std::string& op);
 
 // Copies the view, densely in row-major order, into `dst` (blocking).
 void download_view(const TensorView& view, void* dst);

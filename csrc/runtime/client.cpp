@@ -178,23 +178,24 @@ std::string Executable::serialize() const {
 
 namespace {
 
-PJRT_NamedValue int_option(const char* name, int64_t value) {
+PJRT_NamedValue scalar_option(const char* name, PJRT_NamedValue_Type type) {
   auto v = TPU_ARGS(PJRT_NamedValue, value_size);
   v.name = name;
   v.name_size = std::strlen(name);
-  v.type = PJRT_NamedValue_kInt64;
-  v.int64_value = value;
+  v.type = type;
   v.value_size = 1;
   return v;
 }
 
+PJRT_NamedValue int_option(const char* name, int64_t value) {
+  auto v = scalar_option(name, PJRT_NamedValue_kInt64);
+  v.int64_value = value;
+  return v;
+}
+
 PJRT_NamedValue bool_option(const char* name, bool value) {
-  auto v = TPU_ARGS(PJRT_NamedValue, value_size);
-  v.name = name;
-  v.name_size = std::strlen(name);
-  v.type = PJRT_NamedValue_kBool;
+  auto v = scalar_option(name, PJRT_NamedValue_kBool);
   v.bool_value = value;
-  v.value_size = 1;
   return v;
 }
 

@@ -68,21 +68,6 @@ std::vector<int64_t> element_indices(const ViewCase& c) {
   return out;
 }
 
-engine::OpCall copy_call(const TensorView& src, const TensorView& dst) {
-  engine::OpCall call;
-  call.name = "test::copy";
-  call.rule = lower::find_rule("_tpu_copy");
-  engine::CallArg arg;
-  arg.is_operand = true;
-  engine::Input in;
-  in.view = src;
-  in.dtype = src.dtype;
-  arg.inputs.push_back(in);
-  call.args.push_back(arg);
-  call.targets.push_back(dst);
-  return call;
-}
-
 std::vector<float> iota(size_t n, float start = 0) {
   std::vector<float> v(n);
   std::iota(v.begin(), v.end(), start);
@@ -115,7 +100,7 @@ TEST(engine_writes_every_view_layout) {
     auto values = iota(dst.numel(), 100);
     auto src_slot = make_storage(values);
     TensorView src{src_slot.get(), ElementType::F32, dst.sizes, engine::contiguous_strides(dst.sizes), 0};
-    engine::execute(copy_call(src, dst));
+    engine::copy_view(src, dst, "test::copy");
     std::vector<float> expected = iota(24);
     auto idx = element_indices(c);
     for (size_t i = 0; i < idx.size(); ++i) expected[idx[i]] = values[i];
