@@ -15,9 +15,15 @@ import torch_tpu
 
 def model() -> torch.nn.Module:
     return torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 64), torch.nn.ReLU(),
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32 * 8 * 8, 64),
+        torch.nn.ReLU(),
         torch.nn.Linear(64, 10),
     )
 
@@ -29,8 +35,10 @@ def main() -> None:
     args = parser.parse_args()
 
     device = torch.device("tpu")
-    print(f"platform: {torch_tpu.platform()} ({torch.tpu.get_device_name()}), "
-          f"{torch.tpu.device_count()} device(s)")
+    print(
+        f"platform: {torch_tpu.platform()} ({torch.tpu.get_device_name()}), "
+        f"{torch.tpu.device_count()} device(s)"
+    )
     torch.manual_seed(0)
     net = model().to(device)
     opt = torch.optim.AdamW(net.parameters(), lr=2e-3)
@@ -47,7 +55,7 @@ def main() -> None:
             torch.tpu.synchronize()
             start = time.perf_counter()
         i = (step % 4) * args.batch
-        x, y = images[i:i + args.batch].to(device), labels[i:i + args.batch].to(device)
+        x, y = images[i : i + args.batch].to(device), labels[i : i + args.batch].to(device)
         opt.zero_grad()
         loss = F.cross_entropy(net(x), y)
         loss.backward()

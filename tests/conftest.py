@@ -8,10 +8,9 @@ os.environ.setdefault("TORCH_TPU_PRECISION", "HIGHEST")
 # sessions (and subprocesses started by tests) do not collide.
 os.environ.setdefault("TORCH_TPU_LOCK_DIR", tempfile.mkdtemp(prefix="torch_tpu_locks_"))
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
 
-import torch_tpu  # noqa: E402, F401
+import torch_tpu
 
 
 @pytest.fixture

@@ -69,13 +69,15 @@ def run(fn, *args, grad=(), **tol):
         if grad:
             outs_c, outs_t = _differentiable(expected), _differentiable(actual)
             gen = torch.Generator().manual_seed(1)
-            cot = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype)
-                   for o in outs_c]
+            cot = [
+                torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.dtype) for o in outs_c
+            ]
             inputs_c = [cpu_args[i] for i in grad]
             inputs_t = [tpu_args[i] for i in grad]
             g_c = torch.autograd.grad(outs_c, inputs_c, cot, allow_unused=True)
-            g_t = torch.autograd.grad(outs_t, inputs_t, [c.to("tpu") for c in cot],
-                                      allow_unused=True)
+            g_t = torch.autograd.grad(
+                outs_t, inputs_t, [c.to("tpu") for c in cot], allow_unused=True
+            )
             assert_close_tree(list(g_t), list(g_c), **tol)
     return actual
 
@@ -85,8 +87,7 @@ def _detach(x):
 
 
 def _differentiable(result):
-    return [t for t in tree_flatten(result)[0]
-            if isinstance(t, torch.Tensor) and t.requires_grad]
+    return [t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
 
 
 def randn(*shape, dtype=torch.float32, seed=0):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -20,8 +22,9 @@ def fallbacks() -> dict[str, int]:
     return dict(torch_tpu.metrics()["fallbacks"])
 
 
-def assert_close_tree(actual, expected, *, atol=None, rtol=None, check_dtype=True,
-                      check_stride=False):
+def assert_close_tree(
+    actual, expected, *, atol=None, rtol=None, check_dtype=True, check_stride=False
+):
     a_leaves, a_spec = tree_flatten(actual)
     e_leaves, e_spec = tree_flatten(expected)
     assert a_spec == e_spec, f"result structure differs: {a_spec} vs {e_spec}"
@@ -31,14 +34,26 @@ def assert_close_tree(actual, expected, *, atol=None, rtol=None, check_dtype=Tru
             assert a.device.type == "tpu", f"result on {a.device}, expected tpu"
             if check_stride:
                 assert a.stride() == e.stride(), f"strides {a.stride()} vs {e.stride()}"
-            torch.testing.assert_close(a.cpu(), e, atol=atol, rtol=rtol, equal_nan=True,
-                                       check_dtype=check_dtype)
+            torch.testing.assert_close(
+                a.cpu(), e, atol=atol, rtol=rtol, equal_nan=True, check_dtype=check_dtype
+            )
         else:
-            assert a == e or (a != a and e != e), f"{a!r} != {e!r}"
+            both_nan = (
+                isinstance(a, float) and isinstance(e, float) and math.isnan(a) and math.isnan(e)
+            )
+            assert a == e or both_nan, f"{a!r} != {e!r}"
 
 
-def check(fn, *args, atol=None, rtol=None, allow_fallback=False, check_dtype=True,
-          check_stride=False, **kwargs):
+def check(
+    fn,
+    *args,
+    atol=None,
+    rtol=None,
+    allow_fallback=False,
+    check_dtype=True,
+    check_stride=False,
+    **kwargs,
+):
     """Runs ``fn`` on CPU inputs and on their tpu copies and compares the results.
 
     Inputs mutated by ``fn`` are compared too. Fails if an op fell back to the CPU
@@ -53,7 +68,13 @@ def check(fn, *args, atol=None, rtol=None, allow_fallback=False, check_dtype=Tru
     if not allow_fallback:
         new = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
         assert not new, f"ops fell back to the CPU: {new}"
-    assert_close_tree(tpu_result, cpu_result, atol=atol, rtol=rtol, check_dtype=check_dtype,
-                      check_stride=check_stride)
+    assert_close_tree(
+        tpu_result,
+        cpu_result,
+        atol=atol,
+        rtol=rtol,
+        check_dtype=check_dtype,
+        check_stride=check_stride,
+    )
     assert_close_tree(tpu_args, cpu_args, atol=atol, rtol=rtol, check_dtype=check_dtype)
     return tpu_result

@@ -14,8 +14,14 @@ import torch_tpu
 
 def run_python(code: str, **env) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, **env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=full_env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=300,
+        check=False,
+    )
 
 
 # ---------------------------------------------------------------- loading

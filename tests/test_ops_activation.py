@@ -13,15 +13,55 @@ A = torch.ops.aten
 
 # Operators lowered in csrc/lower/activation.cpp (fallback names are "aten::<op>[.overload]").
 OURS = {
-    "relu", "relu_", "threshold", "threshold_", "threshold_backward", "hardtanh", "hardtanh_",
-    "hardtanh_backward", "leaky_relu", "leaky_relu_", "leaky_relu_backward", "rrelu_with_noise",
-    "rrelu_with_noise_", "_prelu_kernel", "_prelu_kernel_backward", "gelu", "gelu_",
-    "gelu_backward", "silu", "silu_", "silu_backward", "sigmoid_backward", "tanh_backward", "elu",
-    "elu_", "elu_backward", "softplus", "softplus_backward", "mish", "mish_",
-    "log_sigmoid_forward", "log_sigmoid_backward", "hardsigmoid", "hardsigmoid_",
-    "hardsigmoid_backward", "hardswish", "hardswish_", "hardswish_backward", "hardshrink",
-    "hardshrink_backward", "softshrink", "softshrink_backward", "glu", "glu_backward", "_softmax",
-    "_log_softmax", "_safe_softmax", "_softmax_backward_data", "_log_softmax_backward_data",
+    "relu",
+    "relu_",
+    "threshold",
+    "threshold_",
+    "threshold_backward",
+    "hardtanh",
+    "hardtanh_",
+    "hardtanh_backward",
+    "leaky_relu",
+    "leaky_relu_",
+    "leaky_relu_backward",
+    "rrelu_with_noise",
+    "rrelu_with_noise_",
+    "_prelu_kernel",
+    "_prelu_kernel_backward",
+    "gelu",
+    "gelu_",
+    "gelu_backward",
+    "silu",
+    "silu_",
+    "silu_backward",
+    "sigmoid_backward",
+    "tanh_backward",
+    "elu",
+    "elu_",
+    "elu_backward",
+    "softplus",
+    "softplus_backward",
+    "mish",
+    "mish_",
+    "log_sigmoid_forward",
+    "log_sigmoid_backward",
+    "hardsigmoid",
+    "hardsigmoid_",
+    "hardsigmoid_backward",
+    "hardswish",
+    "hardswish_",
+    "hardswish_backward",
+    "hardshrink",
+    "hardshrink_backward",
+    "softshrink",
+    "softshrink_backward",
+    "glu",
+    "glu_backward",
+    "_softmax",
+    "_log_softmax",
+    "_safe_softmax",
+    "_softmax_backward_data",
+    "_log_softmax_backward_data",
 }
 
 TOL = {
@@ -147,15 +187,61 @@ NAN, INF = float("nan"), float("inf")
 # elements: the CPU's vectorised loop handles them all (its scalar tail treats NaN differently
 # in a few backward kernels; the device follows the vectorised one).
 SPECIAL = torch.tensor(
-    [NAN, INF, -INF, 0.0, -0.0, 3.0, -3.0, 0.4, -0.4, 0.5, -0.5, 1.0, -1.0, 20.0, -20.0, 10.0,
-     1e-30, -1e-30, 2.0, -2.0, 100.0, -100.0, 50.0, -50.0, 0.1, 0.7, -0.3, 2.9, -2.9, 3.1, -3.1,
-     1e-3]).repeat(2)
+    [
+        NAN,
+        INF,
+        -INF,
+        0.0,
+        -0.0,
+        3.0,
+        -3.0,
+        0.4,
+        -0.4,
+        0.5,
+        -0.5,
+        1.0,
+        -1.0,
+        20.0,
+        -20.0,
+        10.0,
+        1e-30,
+        -1e-30,
+        2.0,
+        -2.0,
+        100.0,
+        -100.0,
+        50.0,
+        -50.0,
+        0.1,
+        0.7,
+        -0.3,
+        2.9,
+        -2.9,
+        3.1,
+        -3.1,
+        1e-3,
+    ]
+).repeat(2)
 
 
 def test_special_values():
     x = SPECIAL
-    for name in ["relu", "hardtanh", "leaky_relu", "gelu", "gelu_tanh", "silu", "elu", "softplus",
-                 "mish", "logsigmoid", "hardsigmoid", "hardswish", "hardshrink", "softshrink"]:
+    for name in [
+        "relu",
+        "hardtanh",
+        "leaky_relu",
+        "gelu",
+        "gelu_tanh",
+        "silu",
+        "elu",
+        "softplus",
+        "mish",
+        "logsigmoid",
+        "hardsigmoid",
+        "hardswish",
+        "hardshrink",
+        "softshrink",
+    ]:
         run(UNARY[name], x)
     finite = x[3:]
     run(lambda t: F.softmax(t, 0), finite)
@@ -368,7 +454,6 @@ def test_backward_ops_special_values(name, dtype):
     run(BACKWARD_OPS[name], g, x, dtype=dtype)
 
 
-
 def grad_of(fn, *inputs, grad=None):
     """Gradients of fn(*inputs) w.r.t. its floating inputs, for an upstream `grad`."""
     leaves = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in inputs]
@@ -378,12 +463,14 @@ def grad_of(fn, *inputs, grad=None):
 
 
 GRAD = {k: UNARY[k] for k in UNARY if k not in ("safe_softmax", "rrelu_eval")}
-GRAD.update({
-    "leaky_relu_negslope_inplace": lambda x: F.leaky_relu(x * 1.0, 0.1, inplace=True),
-    "elu_inplace": lambda x: F.elu(x * 1.0, 0.9, inplace=True),  # backward from the result
-    "sigmoid": torch.sigmoid,
-    "tanh": torch.tanh,
-})
+GRAD.update(
+    {
+        "leaky_relu_negslope_inplace": lambda x: F.leaky_relu(x * 1.0, 0.1, inplace=True),
+        "elu_inplace": lambda x: F.elu(x * 1.0, 0.9, inplace=True),  # backward from the result
+        "sigmoid": torch.sigmoid,
+        "tanh": torch.tanh,
+    }
+)
 
 
 BACKWARD_CASES = [(torch.float32, False), (torch.float64, True), (torch.bfloat16, True)]
@@ -393,20 +480,28 @@ def _backward(name, dtype, transposed):
     # Transposed cases make both the input and the upstream gradient non-contiguous.
     x = randn(10, 6, dtype=dtype).t() if transposed else randn(6, 10, dtype=dtype)
     shape = GRAD[name](x).shape
-    g = randn(*shape[::-1], dtype=dtype, scale=1.0).t() if transposed else randn(
-        *shape, dtype=dtype, scale=1.0)
+    g = (
+        randn(*shape[::-1], dtype=dtype, scale=1.0).t()
+        if transposed
+        else randn(*shape, dtype=dtype, scale=1.0)
+    )
     run(lambda t, u: grad_of(GRAD[name], t, grad=u), x, g, dtype=dtype)
 
 
-@pytest.mark.parametrize("dtype,transposed", BACKWARD_CASES,
-                         ids=[f"{str(d).split('.')[1]}{'-t' if t else ''}" for d, t in BACKWARD_CASES])
+@pytest.mark.parametrize(
+    "dtype,transposed",
+    BACKWARD_CASES,
+    ids=[f"{str(d).split('.')[1]}{'-t' if t else ''}" for d, t in BACKWARD_CASES],
+)
 @pytest.mark.parametrize("name", list(GRAD))
 def test_backward(name, dtype, transposed):
     _backward(name, dtype, transposed)
 
 
 # float16 shares the float32 compute path of bfloat16; a few ops check its rounding.
-@pytest.mark.parametrize("name", ["gelu", "silu", "softplus", "softmax1", "log_softmax0", "glu_last"])
+@pytest.mark.parametrize(
+    "name", ["gelu", "silu", "softplus", "softmax1", "log_softmax0", "glu_last"]
+)
 def test_backward_float16(name):
     _backward(name, torch.float16, False)
 
@@ -419,8 +514,9 @@ def test_softmax_backward_dims(dim):
     run(lambda t, u: grad_of(lambda v: F.log_softmax(v, dim), t, grad=u), x, g)
 
 
-@pytest.mark.parametrize("fn", [A._softmax_backward_data, A._log_softmax_backward_data],
-                         ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize(
+    "fn", [A._softmax_backward_data, A._log_softmax_backward_data], ids=["softmax", "log_softmax"]
+)
 def test_softmax_backward_half_to_float(fn):
     # float32 gradients of a half_to_float softmax come back as float16.
     y = torch.softmax(randn(4, 7), 1)

@@ -19,8 +19,11 @@ aten = torch.ops.aten
 
 def conv_fell_back(before):
     after = fallbacks()
-    return {op: n for op, n in after.items()
-            if n != before.get(op, 0) and op.removeprefix("aten::").split(".")[0] in CONV_OPS}
+    return {
+        op: n
+        for op, n in after.items()
+        if n != before.get(op, 0) and op.removeprefix("aten::").split(".")[0] in CONV_OPS
+    }
 
 
 @dataclass
@@ -43,15 +46,22 @@ class Conv:
 
     def tensors(self, dtype=torch.float32, bias=True):
         x = torch.randn(self.n, self.cin, *self.dims(self.size), dtype=dtype)
-        shape = ((self.cin, self.cout // self.groups) if self.transposed
-                 else (self.cout, self.cin // self.groups))
+        shape = (
+            (self.cin, self.cout // self.groups)
+            if self.transposed
+            else (self.cout, self.cin // self.groups)
+        )
         w = torch.randn(*shape, *self.dims(self.kernel), dtype=dtype)
         b = torch.randn(self.cout, dtype=dtype) if bias else None
         return x, w, b
 
     def __call__(self, x, w, b=None):
-        kw = {"stride": self.dims(self.stride), "padding": self.dims(self.padding),
-              "dilation": self.dims(self.dilation), "groups": self.groups}
+        kw = {
+            "stride": self.dims(self.stride),
+            "padding": self.dims(self.padding),
+            "dilation": self.dims(self.dilation),
+            "groups": self.groups,
+        }
         if self.transposed:
             fn = getattr(F, f"conv_transpose{self.nd}d")
             return fn(x, w, b, output_padding=self.dims(self.output_padding), **kw)
@@ -59,29 +69,45 @@ class Conv:
 
 
 CONFIGS = {
-    "1d_stride3_dil2_groups2": Conv(1, n=1, size=(11,), kernel=(4,), stride=(3,), padding=(2,),
-                                    dilation=(2,), groups=2),
-    "1d_transposed_groups2": Conv(1, size=(7,), stride=(2,), padding=(1,), groups=2,
-                                  transposed=True, output_padding=(1,)),
+    "1d_stride3_dil2_groups2": Conv(
+        1, n=1, size=(11,), kernel=(4,), stride=(3,), padding=(2,), dilation=(2,), groups=2
+    ),
+    "1d_transposed_groups2": Conv(
+        1, size=(7,), stride=(2,), padding=(1,), groups=2, transposed=True, output_padding=(1,)
+    ),
     "2d": Conv(2, cin=3, cout=5, size=(8, 9), padding=(1,)),
     "2d_stride2_drops_tail": Conv(2, size=(8, 9), stride=(2,)),
     "2d_dilation2": Conv(2, size=(9, 9), padding=(2,), dilation=(2,)),
     "2d_depthwise": Conv(2, cin=3, cout=6, size=(7, 7), padding=(1,), groups=3),
     "2d_padding_beyond_kernel": Conv(2, size=(5, 5), kernel=(1,), padding=(2,)),
-    "2d_per_dim": Conv(2, size=(9, 8), kernel=(3, 2), stride=(1, 2), padding=(0, 1),
-                       dilation=(2, 1)),
-    "2d_transposed": Conv(2, size=(5, 6), stride=(2,), padding=(1,), output_padding=(1,),
-                          groups=2, transposed=True),
-    "2d_transposed_dil2_stride3": Conv(2, size=(4, 5), stride=(3,), dilation=(2,),
-                                       output_padding=(2,), transposed=True),
-    "2d_transposed_padding_beyond_reach": Conv(2, size=(6, 6), stride=(2,), padding=(3,),
-                                               transposed=True),
-    "2d_transposed_stride1_dil2_outpad": Conv(2, n=1, size=(5, 5), dilation=(2,),
-                                              output_padding=(1,), transposed=True),
-    "3d_stride2_groups2_dil": Conv(3, size=(6, 7, 6), stride=(2,), dilation=(1, 2, 1),
-                                   groups=2, padding=(1, 0, 2)),
-    "3d_transposed": Conv(3, cin=2, cout=4, size=(3, 4, 3), stride=(2,), padding=(1,),
-                          output_padding=(1, 0, 1), transposed=True),
+    "2d_per_dim": Conv(
+        2, size=(9, 8), kernel=(3, 2), stride=(1, 2), padding=(0, 1), dilation=(2, 1)
+    ),
+    "2d_transposed": Conv(
+        2, size=(5, 6), stride=(2,), padding=(1,), output_padding=(1,), groups=2, transposed=True
+    ),
+    "2d_transposed_dil2_stride3": Conv(
+        2, size=(4, 5), stride=(3,), dilation=(2,), output_padding=(2,), transposed=True
+    ),
+    "2d_transposed_padding_beyond_reach": Conv(
+        2, size=(6, 6), stride=(2,), padding=(3,), transposed=True
+    ),
+    "2d_transposed_stride1_dil2_outpad": Conv(
+        2, n=1, size=(5, 5), dilation=(2,), output_padding=(1,), transposed=True
+    ),
+    "3d_stride2_groups2_dil": Conv(
+        3, size=(6, 7, 6), stride=(2,), dilation=(1, 2, 1), groups=2, padding=(1, 0, 2)
+    ),
+    "3d_transposed": Conv(
+        3,
+        cin=2,
+        cout=4,
+        size=(3, 4, 3),
+        stride=(2,),
+        padding=(1,),
+        output_padding=(1, 0, 1),
+        transposed=True,
+    ),
 }
 
 
@@ -89,13 +115,17 @@ def same(t):
     return t
 
 
-def compare(conv, x, w, b=None, *, grads=(True, True, True), views=(same, same, same),
-            atol=None, rtol=None):
+def compare(
+    conv, x, w, b=None, *, grads=(True, True, True), views=(same, same, same), atol=None, rtol=None
+):
     """Forward and backward on tpu against the CPU. ``views`` turn the leaves into what
     the convolution receives (slices, transposes), on both devices."""
+
     def leaves(device):
-        return [t if t is None else t.detach().to(device, copy=True).requires_grad_(g)
-                for t, g in zip((x, w, b), grads)]
+        return [
+            t if t is None else t.detach().to(device, copy=True).requires_grad_(g)
+            for t, g in zip((x, w, b), grads)
+        ]
 
     def run(leaves):
         return conv(*(t if t is None else v(t) for t, v in zip(leaves, views)))
@@ -111,8 +141,13 @@ def compare(conv, x, w, b=None, *, grads=(True, True, True), views=(same, same, 
     torch.testing.assert_close(y_tpu.detach().cpu(), y_cpu.detach(), atol=atol, rtol=rtol)
     for name, a, e in zip(("input", "weight", "bias"), tpu, cpu):
         if e is not None and e.requires_grad:
-            torch.testing.assert_close(a.grad.cpu(), e.grad, atol=atol, rtol=rtol,
-                                       msg=lambda m, n=name: f"grad of {n}: {m}")
+            torch.testing.assert_close(
+                a.grad.cpu(),
+                e.grad,
+                atol=atol,
+                rtol=rtol,
+                msg=lambda m, n=name: f"grad of {n}: {m}",
+            )
 
 
 @pytest.fixture(autouse=True)
@@ -159,16 +194,20 @@ def test_conv_bfloat16_accumulates_in_float32():
 def test_channels_last():
     conv = CONFIGS["2d_transposed"]
     x, w, b = conv.tensors()
-    compare(conv, x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last),
-            b, **F32)
+    compare(
+        conv,
+        x.to(memory_format=torch.channels_last),
+        w.to(memory_format=torch.channels_last),
+        b,
+        **F32,
+    )
 
 
 def test_sliced_and_transposed_inputs():
     conv = CONFIGS["2d_dilation2"]  # 4 -> 6 channels, 3x3 kernel
     x, w, b = torch.randn(2, 4, 9, 18), torch.randn(6, 4, 3, 3), torch.randn(6)
     # Gradients flow through the views back to the dense leaves.
-    compare(conv, x, w, b, views=(lambda t: t[..., ::2], lambda t: t.transpose(2, 3), same),
-            **F32)
+    compare(conv, x, w, b, views=(lambda t: t[..., ::2], lambda t: t.transpose(2, 3), same), **F32)
 
 
 def test_no_bias():
@@ -182,8 +221,11 @@ def test_input_without_grad():
     compare(conv, *conv.tensors(), grads=(False, True, True), **F32)
 
 
-@pytest.mark.parametrize("mask", [[True, False, False], [False, True, False], [False, False, True],
-                                  [False, True, True]], ids=str)
+@pytest.mark.parametrize(
+    "mask",
+    [[True, False, False], [False, True, False], [False, False, True], [False, True, True]],
+    ids=str,
+)
 def test_backward_output_mask(mask):
     x, w = torch.randn(2, 4, 7, 7), torch.randn(6, 2, 3, 3)
     g = torch.randn(2, 6, 4, 4)
@@ -211,8 +253,9 @@ def test_convolution_entry_points():
     x, w, b = torch.randn(2, 4, 6, 6), torch.randn(6, 2, 3, 3), torch.randn(6)
     args = ([1, 2], [1, 0], [1, 1], False, [0, 0], 2)
     check(lambda x, w, b: aten.convolution(x, w, b, *args), x, w, b, **F32)
-    check(lambda x, w, b: aten._convolution(x, w, b, *args, False, False, True, True), x, w, b,
-          **F32)
+    check(
+        lambda x, w, b: aten._convolution(x, w, b, *args, False, False, True, True), x, w, b, **F32
+    )
     check(lambda x, w: aten.convolution(x, w, None, *args), x, w, **F32)
 
 
@@ -227,8 +270,12 @@ def test_unbatched_input():
 
 
 def test_empty_batch():
-    check(lambda x, w, b: F.conv2d(x, w, b), torch.randn(0, 3, 5, 5), torch.randn(4, 3, 3, 3),
-          torch.randn(4))
+    check(
+        lambda x, w, b: F.conv2d(x, w, b),
+        torch.randn(0, 3, 5, 5),
+        torch.randn(4, 3, 3, 3),
+        torch.randn(4),
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int8], ids=str)
@@ -256,9 +303,10 @@ def test_cnn_training_step_matches_cpu():
 
     def net():
         return torch.nn.Sequential(
-            torch.nn.Conv2d(3, 8, 3, padding=1, bias=True), torch.nn.Conv2d(8, 8, 3, stride=2,
-                                                                            groups=2),
-            torch.nn.ConvTranspose2d(8, 4, 2, stride=2))
+            torch.nn.Conv2d(3, 8, 3, padding=1, bias=True),
+            torch.nn.Conv2d(8, 8, 3, stride=2, groups=2),
+            torch.nn.ConvTranspose2d(8, 4, 2, stride=2),
+        )
 
     model, model_tpu = net(), net().to("tpu")
     model_tpu.load_state_dict(model.state_dict())

@@ -15,22 +15,49 @@ import torch_tpu
 NAN, INF = math.nan, math.inf
 
 F32, F64, BF16, F16 = torch.float32, torch.float64, torch.bfloat16, torch.float16
-I8, I16, I32, I64, U8, BOOL = torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool
+I8, I16, I32, I64, U8, BOOL = (
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+)
 FLOATS = [F32, F64, BF16, F16]
 ALL = FLOATS + [I8, I16, I32, I64, U8, BOOL]
 
 
 def make(shape, dtype, low=None, high=None, seed=0, nonzero=False):
     torch.manual_seed(seed)
-    x = make_tensor(shape, dtype=dtype, device="cpu", low=low, high=high,
-                    exclude_zero=nonzero and dtype != BOOL)
+    x = make_tensor(
+        shape, dtype=dtype, device="cpu", low=low, high=high, exclude_zero=nonzero and dtype != BOOL
+    )
     return x
 
 
 def specials(dtype=F32):
     """Zeros of both signs, infinities, NaN, tiny and huge values."""
-    return torch.tensor([0.0, -0.0, INF, -INF, NAN, 1e-30, -1e-30, 1e30, -1e30, 0.5, -0.5,
-                         1.0, -1.0, 2.5, -2.5, 3.0], dtype=dtype)
+    return torch.tensor(
+        [
+            0.0,
+            -0.0,
+            INF,
+            -INF,
+            NAN,
+            1e-30,
+            -1e-30,
+            1e30,
+            -1e30,
+            0.5,
+            -0.5,
+            1.0,
+            -1.0,
+            2.5,
+            -2.5,
+            3.0,
+        ],
+        dtype=dtype,
+    )
 
 
 def check_or_raises(fn, *args, **kwargs):
@@ -62,12 +89,31 @@ def compiles():
 
 # op -> input range (floats); integer inputs promote to float32.
 UNARY_MATH = {
-    "exp": (-5, 5), "exp2": (-5, 5), "expm1": (-2, 2), "log": (0.01, 10),
-    "log2": (0.01, 10), "log10": (0.01, 10), "log1p": (-0.9, 10), "sqrt": (0, 10),
-    "rsqrt": (0.01, 10), "sin": (-4, 4), "cos": (-4, 4), "tan": (-1.2, 1.2),
-    "asin": (-1, 1), "acos": (-1, 1), "atan": (-5, 5), "sinh": (-4, 4), "cosh": (-4, 4),
-    "tanh": (-4, 4), "asinh": (-5, 5), "acosh": (1, 5), "atanh": (-0.95, 0.95),
-    "sigmoid": (-6, 6), "erf": (-3, 3), "erfc": (-3, 3), "reciprocal": (0.1, 5),
+    "exp": (-5, 5),
+    "exp2": (-5, 5),
+    "expm1": (-2, 2),
+    "log": (0.01, 10),
+    "log2": (0.01, 10),
+    "log10": (0.01, 10),
+    "log1p": (-0.9, 10),
+    "sqrt": (0, 10),
+    "rsqrt": (0.01, 10),
+    "sin": (-4, 4),
+    "cos": (-4, 4),
+    "tan": (-1.2, 1.2),
+    "asin": (-1, 1),
+    "acos": (-1, 1),
+    "atan": (-5, 5),
+    "sinh": (-4, 4),
+    "cosh": (-4, 4),
+    "tanh": (-4, 4),
+    "asinh": (-5, 5),
+    "acosh": (1, 5),
+    "atanh": (-0.95, 0.95),
+    "sigmoid": (-6, 6),
+    "erf": (-3, 3),
+    "erfc": (-3, 3),
+    "reciprocal": (0.1, 5),
 }
 
 
@@ -95,7 +141,9 @@ def test_unary_math_views_and_sizes(op):
     check(fn, make((1000,), F16, low=low, high=high))
 
 
-@pytest.mark.parametrize("op", ["exp", "log", "sqrt", "sin", "cos", "tanh", "reciprocal", "sigmoid"])
+@pytest.mark.parametrize(
+    "op", ["exp", "log", "sqrt", "sin", "cos", "tanh", "reciprocal", "sigmoid"]
+)
 def test_unary_math_complex(op):
     x = make((3, 4), torch.complex64, low=0.1, high=2)
     check(getattr(torch, op), x)
@@ -113,8 +161,25 @@ def test_unary_math_views_inplace_out(op):
 
 # ---------------------------------------------------------------- unary, dtype-preserving
 
-UNARY = ["neg", "abs", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac", "bitwise_not",
-         "logical_not", "isnan", "isinf", "isposinf", "isneginf", "signbit", "nan_to_num"]
+UNARY = [
+    "neg",
+    "abs",
+    "sign",
+    "sgn",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "frac",
+    "bitwise_not",
+    "logical_not",
+    "isnan",
+    "isinf",
+    "isposinf",
+    "isneginf",
+    "signbit",
+    "nan_to_num",
+]
 
 
 @pytest.mark.parametrize("op", UNARY)
@@ -153,8 +218,16 @@ def test_sgn_and_abs_complex():
 
 # ---------------------------------------------------------------- binary
 
-ARITHMETIC_PAIRS = [(F32, F32), (F64, F32), (BF16, BF16), (F16, F16), (I32, I32), (U8, I8),
-                    (BOOL, BOOL), (I64, F16)]
+ARITHMETIC_PAIRS = [
+    (F32, F32),
+    (F64, F32),
+    (BF16, BF16),
+    (F16, F16),
+    (I32, I32),
+    (U8, I8),
+    (BOOL, BOOL),
+    (I64, F16),
+]
 COMPARISON_PAIRS = [(F32, F32), (BF16, BF16), (I32, F32), (U8, I8), (BOOL, I16)]
 
 BINARY = {
@@ -200,7 +273,8 @@ BINARY_CASES = (
     [(op, da, db) for op in sorted(BINARY) for da, db in ARITHMETIC_PAIRS]
     + [(op, da, db) for op in COMPARISONS for da, db in COMPARISON_PAIRS]
     + [(op, da, db) for op in LOGICAL for da, db in [(F32, I32), (BOOL, BOOL)]]
-    + [(op, da, db) for op in BITWISE for da, db in [(I32, I32), (U8, I8), (BOOL, BOOL)]])
+    + [(op, da, db) for op in BITWISE for da, db in [(I32, I32), (U8, I8), (BOOL, BOOL)]]
+)
 
 
 @pytest.mark.parametrize("op,da,db", BINARY_CASES)
@@ -230,8 +304,12 @@ def test_floor_and_trunc_division_edge_cases():
     check(torch.fmod, a, b)
     ia = torch.tensor([7, -7, 7, -7, 0, -1, 1, 127, -128], dtype=I8)
     ib = torch.tensor([2, 2, -2, -2, 3, 3, -3, -1, 3], dtype=I8)
-    for fn in [torch.floor_divide, torch.remainder, torch.fmod,
-               lambda x, y: torch.div(x, y, rounding_mode="trunc")]:
+    for fn in [
+        torch.floor_divide,
+        torch.remainder,
+        torch.fmod,
+        lambda x, y: torch.div(x, y, rounding_mode="trunc"),
+    ]:
         check(fn, ia, ib)
 
 
@@ -248,12 +326,14 @@ def test_reduced_float_rounding_division(dtype):
 
 
 def test_integer_overflow_wraps():
-    check(lambda a, b: a + b, torch.tensor([120, -120], dtype=I8), torch.tensor([10, -10], dtype=I8))
+    check(
+        lambda a, b: a + b, torch.tensor([120, -120], dtype=I8), torch.tensor([10, -10], dtype=I8)
+    )
     check(lambda a, b: a - b, torch.tensor([5, 0], dtype=U8), torch.tensor([6, 255], dtype=U8))
     check(lambda a: a * 100000, torch.tensor([100000, -70000], dtype=I32))
     check(lambda a: a.neg(), torch.tensor([1, 200], dtype=U8))
     check(lambda a: a.abs(), torch.tensor([-128, 5], dtype=I8))
-    check(lambda a: a ** 31, torch.tensor([2, 3, -2], dtype=I32))
+    check(lambda a: a**31, torch.tensor([2, 3, -2], dtype=I32))
     check(lambda a: a + 300, torch.tensor([1, 2], dtype=U8))  # the scalar wraps to uint8
 
 
@@ -270,18 +350,18 @@ def test_pow_scalar_exponents(dtype):
     """Every exponent runs the same program: the special cases are selected at run time."""
     x = torch.cat([specials(dtype), make((8,), dtype, low=0.1, high=4)])
     for exponent in [2.0, 3.0, 0.5, -0.5, -1.0, -2.0, 0.0, 1.0, 2.5, -3.0]:
-        check(lambda t, e=exponent: t ** e, x)
+        check(lambda t, e=exponent: t**e, x)
         check(lambda t, e=exponent: torch.pow(e, t), x)
-    check(lambda t: t ** 2, x)  # an integer exponent
+    check(lambda t: t**2, x)  # an integer exponent
     check(lambda t: torch.pow(t, t), x)
 
 
 def test_pow_scalar_exponent_is_a_runtime_operand():
     x = make((5,), F32, low=0.5, high=2).to("tpu")
-    x ** 1.7
+    x**1.7
     before = compiles()
     for e in [0.5, 2.0, 3.0, -1.0, 1.25]:
-        torch.testing.assert_close((x ** e).cpu(), x.cpu() ** e)
+        torch.testing.assert_close((x**e).cpu(), x.cpu() ** e)
     assert compiles() == before
 
 
@@ -324,8 +404,8 @@ SCALAR_OPS = {
     "floordiv": lambda t, s: t // s,
     "mod": lambda t, s: t % s,
     "rmod": lambda t, s: torch.remainder(s, t),
-    "pow": lambda t, s: t ** s,
-    "rpow": lambda t, s: s ** t,
+    "pow": lambda t, s: t**s,
+    "rpow": lambda t, s: s**t,
     "eq": lambda t, s: t == s,
     "lt": lambda t, s: t < s,
     "maximum": lambda t, s: torch.clamp_min(t, s),
@@ -343,7 +423,9 @@ def test_python_scalars(op, dtype, scalar):
     check_or_raises(lambda t: SCALAR_OPS[op](t, scalar), x, **tolerance(dtype))
 
 
-@pytest.mark.parametrize("other", [torch.tensor(2.5, dtype=F64), torch.tensor(3), torch.tensor(True)])
+@pytest.mark.parametrize(
+    "other", [torch.tensor(2.5, dtype=F64), torch.tensor(3), torch.tensor(True)]
+)
 @pytest.mark.parametrize("dtype", [F32, BF16, I32])
 def test_cpu_zero_dim_tensors(other, dtype):
     x = make((3, 4), dtype, low=1, high=5)
@@ -366,11 +448,14 @@ def test_scalars_are_runtime_operands():
     for s in [0.25, -7.0, 1e3]:
         torch.testing.assert_close((x + s).cpu(), x.cpu() + s)
         torch.testing.assert_close((x * s).cpu(), x.cpu() * s)
-        torch.testing.assert_close(torch.add(x, x, alpha=s).cpu(), torch.add(x.cpu(), x.cpu(), alpha=s))
+        torch.testing.assert_close(
+            torch.add(x, x, alpha=s).cpu(), torch.add(x.cpu(), x.cpu(), alpha=s)
+        )
     assert compiles() == before
 
 
 # ---------------------------------------------------------------- shapes, views, in-place, out=
+
 
 def test_broadcasting():
     check(torch.add, make((4, 1, 3), F32), make((5, 1), F32))
@@ -418,6 +503,7 @@ def test_out_variants():
 
 # ---------------------------------------------------------------- selection and clamping
 
+
 @pytest.mark.parametrize("dtype", [F32, BF16, I64, BOOL])
 def test_where(dtype):
     c = make((4, 5), BOOL, seed=3)
@@ -441,8 +527,11 @@ def test_masked_fill(dtype):
 
 @pytest.mark.parametrize("dtype", [F32, BF16, I32])
 def test_clamp(dtype):
-    x = torch.cat([make((10,), dtype, low=-8, high=8), specials(dtype)]) \
-        if dtype.is_floating_point else make((10,), dtype, low=0, high=20)
+    x = (
+        torch.cat([make((10,), dtype, low=-8, high=8), specials(dtype)])
+        if dtype.is_floating_point
+        else make((10,), dtype, low=0, high=20)
+    )
     check(lambda t: t.clamp(2, 5), x)
     check(lambda t: t.clamp(min=3), x)
     check(lambda t: t.clamp(max=4), x)
@@ -450,7 +539,10 @@ def test_clamp(dtype):
     check(lambda t: torch.clamp_min(t, 1), x)
     check(lambda t: torch.clamp_max(t, 1), x)
     check(lambda t: t.clamp(0.5, 4.5), x)  # a float bound promotes integer inputs
-    lo, hi = make(x.shape, dtype, low=0, high=3, seed=7), make(x.shape, dtype, low=4, high=9, seed=8)
+    lo, hi = (
+        make(x.shape, dtype, low=0, high=3, seed=7),
+        make(x.shape, dtype, low=4, high=9, seed=8),
+    )
     check(torch.clamp, x, lo, hi)
     check(lambda t, lo: torch.clamp(t, min=lo), x, lo)
     check(lambda t, hi: torch.clamp(t, max=hi[:1]), x, hi)
@@ -469,6 +561,7 @@ def test_clamp_nan_bounds():
 
 # ---------------------------------------------------------------- pointwise ternary
 
+
 @pytest.mark.parametrize("dtype", [F32, F64, BF16, F16])
 def test_lerp(dtype):
     a, b = make((4, 5), dtype, seed=1), make((4, 5), dtype, seed=2)
@@ -486,8 +579,9 @@ def test_addcmul_addcdiv(dtype, op):
     t2 = make((5,), dtype, seed=3, nonzero=True)
     fn = getattr(torch, op)
     check_or_raises(fn, s, t1, t2)
-    check_or_raises(lambda a, b, c: fn(a, b, c, value=0.3 if dtype.is_floating_point else 3),
-                    s, t1, t2)
+    check_or_raises(
+        lambda a, b, c: fn(a, b, c, value=0.3 if dtype.is_floating_point else 3), s, t1, t2
+    )
     check_or_raises(lambda a, b, c: getattr(a, op + "_")(b, c, value=-2), s, t1, t2)
 
 
@@ -499,28 +593,45 @@ def test_addcmul_promotion_and_complex():
 
 # ---------------------------------------------------------------- complex arithmetic
 
+
 def test_complex_arithmetic():
-    a, b = make((3, 4), torch.complex64, seed=1), make((3, 4), torch.complex64, seed=2, nonzero=True)
+    a, b = (
+        make((3, 4), torch.complex64, seed=1),
+        make((3, 4), torch.complex64, seed=2, nonzero=True),
+    )
     check(torch.add, a, b)
     check(torch.mul, a, b)
     check(torch.div, a, b)
     check(lambda x: x * 2.5, a)
     check(torch.eq, a, b)
-    check(lambda x: x ** 2, a)
+    check(lambda x: x**2, a)
     check(lambda x, y: torch.lerp(x, y, 0.3), a, b)
 
 
 # ---------------------------------------------------------------- autograd
 
-@pytest.mark.parametrize("fn", [
-    lambda a, b: (a * b).exp(),
-    lambda a, b: a / b + b.sqrt(),
-    lambda a, b: torch.atan2(a, b) * torch.hypot(a, b),
-    lambda a, b: torch.lerp(a, b, 0.3) ** 3,
-    lambda a, b: torch.maximum(a, b).sin() + torch.clamp(a, -0.5, 0.5),
-    lambda a, b: torch.where(a > 0, a, b).tanh() - b.log1p(),
-    lambda a, b: torch.addcdiv(a, a, b, value=0.5).sigmoid(),
-], ids=["mul_exp", "div_sqrt", "atan2_hypot", "lerp_pow", "maximum_clamp", "where_tanh", "addcdiv"])
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a, b: (a * b).exp(),
+        lambda a, b: a / b + b.sqrt(),
+        lambda a, b: torch.atan2(a, b) * torch.hypot(a, b),
+        lambda a, b: torch.lerp(a, b, 0.3) ** 3,
+        lambda a, b: torch.maximum(a, b).sin() + torch.clamp(a, -0.5, 0.5),
+        lambda a, b: torch.where(a > 0, a, b).tanh() - b.log1p(),
+        lambda a, b: torch.addcdiv(a, a, b, value=0.5).sigmoid(),
+    ],
+    ids=[
+        "mul_exp",
+        "div_sqrt",
+        "atan2_hypot",
+        "lerp_pow",
+        "maximum_clamp",
+        "where_tanh",
+        "addcdiv",
+    ],
+)
 def test_backward(fn):
     a = make((4, 5), F32, low=0.1, high=2, seed=1)
     b = make((4, 5), F32, low=0.5, high=3, seed=2)

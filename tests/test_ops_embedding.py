@@ -16,8 +16,9 @@ def indices(*shape, high=10, dtype=torch.int64, seed=0):
     return torch.randint(0, high, shape, generator=gen, dtype=dtype)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64,
-                                   torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.bool]
+)
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_index_select(dim, dtype):
     x = (randn(5, 6, 7) * 5).to(dtype)
@@ -49,8 +50,14 @@ def test_embedding(index_shape, dtype):
 def test_embedding_backward(padding_idx, scale_grad_by_freq, index_dtype):
     w = randn(6, 4)
     i = indices(5, 4, high=6, dtype=index_dtype)  # with repeats and the padding index
-    run(lambda ww, ii: F.embedding(ii, ww, padding_idx=padding_idx,
-                                   scale_grad_by_freq=scale_grad_by_freq), w, i, grad=[0])
+    run(
+        lambda ww, ii: F.embedding(
+            ii, ww, padding_idx=padding_idx, scale_grad_by_freq=scale_grad_by_freq
+        ),
+        w,
+        i,
+        grad=[0],
+    )
 
 
 @pytest.mark.parametrize("padding_idx, scale", [(-1, False), (2, True), (0, False)])

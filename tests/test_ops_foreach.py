@@ -11,8 +11,14 @@ from torch.testing import make_tensor
 
 import torch_tpu
 
-F32, F64, BF16, F16, I32, I64 = (torch.float32, torch.float64, torch.bfloat16, torch.float16,
-                                 torch.int32, torch.int64)
+F32, F64, BF16, F16, I32, I64 = (
+    torch.float32,
+    torch.float64,
+    torch.bfloat16,
+    torch.float16,
+    torch.int32,
+    torch.int64,
+)
 SHAPES = [(3, 4), (5,), (), (2, 1, 3)]
 
 
@@ -83,6 +89,7 @@ def test_non_contiguous_inputs():
 
 # ---------------------------------------------------------------- ternary
 
+
 @pytest.mark.parametrize("op", ["addcmul", "addcdiv"])
 @pytest.mark.parametrize("dtype,inplace", [(F32, False), (F64, True), (BF16, True), (F16, False)])
 def test_addcmul_addcdiv(op, dtype, inplace):
@@ -112,12 +119,35 @@ def test_lerp(dtype, inplace):
 # ---------------------------------------------------------------- unary
 
 UNARY = {
-    "abs": (-3, 3), "acos": (-1, 1), "asin": (-1, 1), "atan": (-3, 3), "ceil": (-3, 3),
-    "cos": (-3, 3), "cosh": (-3, 3), "erf": (-3, 3), "erfc": (-3, 3), "exp": (-3, 3),
-    "expm1": (-3, 3), "floor": (-3, 3), "frac": (-3, 3), "log": (0.1, 5), "log10": (0.1, 5),
-    "log1p": (-0.5, 5), "log2": (0.1, 5), "neg": (-3, 3), "reciprocal": (0.5, 3),
-    "round": (-3, 3), "rsqrt": (0.1, 5), "sigmoid": (-3, 3), "sign": (-3, 3), "sin": (-3, 3),
-    "sinh": (-3, 3), "sqrt": (0, 5), "tan": (-1, 1), "tanh": (-3, 3), "trunc": (-3, 3),
+    "abs": (-3, 3),
+    "acos": (-1, 1),
+    "asin": (-1, 1),
+    "atan": (-3, 3),
+    "ceil": (-3, 3),
+    "cos": (-3, 3),
+    "cosh": (-3, 3),
+    "erf": (-3, 3),
+    "erfc": (-3, 3),
+    "exp": (-3, 3),
+    "expm1": (-3, 3),
+    "floor": (-3, 3),
+    "frac": (-3, 3),
+    "log": (0.1, 5),
+    "log10": (0.1, 5),
+    "log1p": (-0.5, 5),
+    "log2": (0.1, 5),
+    "neg": (-3, 3),
+    "reciprocal": (0.5, 3),
+    "round": (-3, 3),
+    "rsqrt": (0.1, 5),
+    "sigmoid": (-3, 3),
+    "sign": (-3, 3),
+    "sin": (-3, 3),
+    "sinh": (-3, 3),
+    "sqrt": (0, 5),
+    "tan": (-1, 1),
+    "tanh": (-3, 3),
+    "trunc": (-3, 3),
 }
 
 
@@ -129,6 +159,7 @@ def test_unary(op):
 
 
 # ---------------------------------------------------------------- others
+
 
 @pytest.mark.parametrize("dtype", [F32, BF16, F64])
 def test_norm(dtype):
@@ -147,7 +178,9 @@ def test_norm_dtype_and_runtime_ord():
     torch._foreach_norm(txs, 2.0)
     before = metric("compiles")
     for ord in [1.0, 3.0, math.inf, 0.5]:
-        for a, e in zip(torch._foreach_norm(txs, ord), torch._foreach_norm([t.cpu() for t in txs], ord)):
+        for a, e in zip(
+            torch._foreach_norm(txs, ord), torch._foreach_norm([t.cpu() for t in txs], ord)
+        ):
             torch.testing.assert_close(a.cpu(), e)
     assert metric("compiles") == before
 
@@ -184,6 +217,7 @@ def test_one_program_per_call():
 
 # ---------------------------------------------------------------- optimizers
 
+
 def params_and_grads(dtype=F32, steps=3):
     shapes = [(4, 3), (3,), (2, 2, 2)]
     params = tensors(dtype, seed=10, shapes=shapes)
@@ -205,15 +239,18 @@ def run_optimizer(make, params, grads):
 
 OPTIMIZERS = {
     "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, foreach=True),
-    "sgd_momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True,
-                                               weight_decay=0.01, foreach=True),
+    "sgd_momentum": lambda ps: torch.optim.SGD(
+        ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, foreach=True
+    ),
     "adam": lambda ps: torch.optim.Adam(ps, lr=0.01, foreach=True),
-    "adam_amsgrad": lambda ps: torch.optim.Adam(ps, lr=0.01, amsgrad=True, weight_decay=0.1,
-                                                foreach=True),
+    "adam_amsgrad": lambda ps: torch.optim.Adam(
+        ps, lr=0.01, amsgrad=True, weight_decay=0.1, foreach=True
+    ),
     "adamw": lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1, foreach=True),
     "adamw_maximize": lambda ps: torch.optim.AdamW(ps, lr=0.01, maximize=True, foreach=True),
-    "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=0.01, momentum=0.5, centered=True,
-                                              foreach=True),
+    "rmsprop": lambda ps: torch.optim.RMSprop(
+        ps, lr=0.01, momentum=0.5, centered=True, foreach=True
+    ),
     "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1, foreach=True),
 }
 
@@ -230,8 +267,11 @@ def test_adam_capturable_matches_cpu():
     params, grads = params_and_grads()
     expected = run_optimizer(OPTIMIZERS["adam"], params, grads)
     before = fallbacks()
-    actual = run_optimizer(lambda ps: torch.optim.Adam(ps, lr=0.01, capturable=True, foreach=True),
-                           to_tpu(params), to_tpu(grads))
+    actual = run_optimizer(
+        lambda ps: torch.optim.Adam(ps, lr=0.01, capturable=True, foreach=True),
+        to_tpu(params),
+        to_tpu(grads),
+    )
     assert fallbacks() == before
     for a, e in zip(actual[0] + actual[1], expected[0] + expected[1]):
         torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=1e-5)

@@ -24,6 +24,7 @@ def targets(*shape, classes, ignore=None, seed=0):
 
 # ---------------------------------------------------------------- nll / cross entropy
 
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("ignore_index", [-100, 2])
@@ -31,8 +32,13 @@ def test_nll_loss(reduction, weighted, ignore_index):
     x = randn(6, 5)
     t = targets(6, classes=5, ignore=ignore_index if ignore_index >= 0 else -100)
     w = randn(5, seed=2).abs() if weighted else None
-    run(lambda i, tt, ww: F.nll_loss(i, tt, ww, ignore_index=ignore_index, reduction=reduction),
-        x, t, w, grad=[0])
+    run(
+        lambda i, tt, ww: F.nll_loss(i, tt, ww, ignore_index=ignore_index, reduction=reduction),
+        x,
+        t,
+        w,
+        grad=[0],
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -55,8 +61,13 @@ def test_nll_loss2d(reduction, weighted):
     x = randn(2, 4, 3, 5)
     t = targets(2, 3, 5, classes=4, ignore=1)
     w = randn(4, seed=3).abs() if weighted else None
-    run(lambda i, tt, ww: F.nll_loss(i, tt, ww, ignore_index=1, reduction=reduction), x, t, w,
-        grad=[0])
+    run(
+        lambda i, tt, ww: F.nll_loss(i, tt, ww, ignore_index=1, reduction=reduction),
+        x,
+        t,
+        w,
+        grad=[0],
+    )
 
 
 @pytest.mark.parametrize("reduction", [0, 1, 2])
@@ -86,23 +97,35 @@ def test_cross_entropy(smoothing, weighted, reduction):
     x = randn(6, 5)
     t = targets(6, classes=5, ignore=-100)
     w = randn(5, seed=4).abs() if weighted else None
-    run(lambda i, tt, ww: F.cross_entropy(i, tt, ww, reduction=reduction,
-                                          label_smoothing=smoothing), x, t, w, grad=[0])
+    run(
+        lambda i, tt, ww: F.cross_entropy(
+            i, tt, ww, reduction=reduction, label_smoothing=smoothing
+        ),
+        x,
+        t,
+        w,
+        grad=[0],
+    )
 
 
 @pytest.mark.parametrize("smoothing", [0.0, 0.2])
 def test_cross_entropy_2d(smoothing):
     x = randn(2, 4, 3, 5)
     t = targets(2, 3, 5, classes=4, ignore=0)
-    run(lambda i, tt: F.cross_entropy(i, tt, ignore_index=0, label_smoothing=smoothing), x, t,
-        grad=[0])
+    run(
+        lambda i, tt: F.cross_entropy(i, tt, ignore_index=0, label_smoothing=smoothing),
+        x,
+        t,
+        grad=[0],
+    )
 
 
 def test_cross_entropy_module_training_step():
     lin = torch.nn.Linear(6, 4).double()
     x, t = randn(8, 6, dtype=torch.float64), targets(8, classes=4)
-    loss_fn = torch.nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 0.5, 1.0]).double(),
-                                        label_smoothing=0.05)
+    loss_fn = torch.nn.CrossEntropyLoss(
+        weight=torch.tensor([1.0, 2.0, 0.5, 1.0]).double(), label_smoothing=0.05
+    )
 
     def step(logits, tt):
         return loss_fn.to(logits.device)(logits, tt)
@@ -135,8 +158,12 @@ def test_regression_losses(name, reduction):
 def test_regression_losses_dtypes(name, dtype):
     fn = REGRESSION[name]
     grad = [0] if name == "soft_margin" else [0, 1]
-    run(lambda i, t: fn(i, t, "mean"), randn(4, 7, dtype=dtype), randn(4, 7, seed=1, dtype=dtype),
-        grad=grad)
+    run(
+        lambda i, t: fn(i, t, "mean"),
+        randn(4, 7, dtype=dtype),
+        randn(4, 7, seed=1, dtype=dtype),
+        grad=grad,
+    )
 
 
 def test_regression_non_contiguous():
@@ -161,6 +188,7 @@ def test_mse_loss_out():
 
 # ---------------------------------------------------------------- binary
 
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("weighted", [False, True])
 def test_binary_cross_entropy(reduction, weighted):
@@ -168,8 +196,7 @@ def test_binary_cross_entropy(reduction, weighted):
     x[0, 0], x[0, 1] = 0.0, 1.0  # the logs clamp at -100
     t = torch.rand(5, 6)
     w = torch.rand(6) if weighted else None
-    run(lambda i, tt, ww: F.binary_cross_entropy(i, tt, ww, reduction=reduction), x, t, w,
-        grad=[0])
+    run(lambda i, tt, ww: F.binary_cross_entropy(i, tt, ww, reduction=reduction), x, t, w, grad=[0])
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
@@ -185,8 +212,15 @@ def test_binary_cross_entropy_with_logits(reduction, weights):
     x, t = randn(5, 6) * 4, torch.rand(5, 6)
     w = torch.rand(6) if weights in ("weight", "both") else None
     pw = torch.rand(6) * 3 if weights in ("pos_weight", "both") else None
-    run(lambda i, tt, ww, pp: F.binary_cross_entropy_with_logits(i, tt, ww, reduction=reduction,
-                                                                  pos_weight=pp), x, t, w, pw)
+    run(
+        lambda i, tt, ww, pp: F.binary_cross_entropy_with_logits(
+            i, tt, ww, reduction=reduction, pos_weight=pp
+        ),
+        x,
+        t,
+        w,
+        pw,
+    )
 
 
 def test_kl_div_composite():

@@ -46,8 +46,11 @@ def tolerances(dtype):
 
 def mine_fell_back(before):
     after = fallbacks()
-    return {op: n for op, n in after.items()
-            if n != before.get(op, 0) and op.removeprefix("aten::").split(".")[0] in MATMUL_OPS}
+    return {
+        op: n
+        for op, n in after.items()
+        if n != before.get(op, 0) and op.removeprefix("aten::").split(".")[0] in MATMUL_OPS
+    }
 
 
 @pytest.fixture
@@ -88,14 +91,34 @@ def test_mv_dot_vdot_dtypes(dtype):
 def test_add_products_dtypes(dtype):
     beta, alpha = scalars(dtype)
     tol = tolerances(dtype)
-    check(lambda s, x, y: torch.addmm(s, x, y, beta=beta, alpha=alpha),
-          make(5, 3, dtype=dtype), make(5, 7, dtype=dtype), make(7, 3, dtype=dtype), **tol)
-    check(lambda s, x, y: torch.baddbmm(s, x, y, beta=beta, alpha=alpha),
-          make(2, 5, 3, dtype=dtype), make(2, 5, 7, dtype=dtype), make(2, 7, 3, dtype=dtype), **tol)
-    check(lambda s, x, y: torch.addbmm(s, x, y, beta=beta, alpha=alpha),
-          make(5, 3, dtype=dtype), make(4, 5, 7, dtype=dtype), make(4, 7, 3, dtype=dtype), **tol)
-    check(lambda s, x, y: torch.addmv(s, x, y, beta=beta, alpha=alpha),
-          make(5, dtype=dtype), make(5, 7, dtype=dtype), make(7, dtype=dtype), **tol)
+    check(
+        lambda s, x, y: torch.addmm(s, x, y, beta=beta, alpha=alpha),
+        make(5, 3, dtype=dtype),
+        make(5, 7, dtype=dtype),
+        make(7, 3, dtype=dtype),
+        **tol,
+    )
+    check(
+        lambda s, x, y: torch.baddbmm(s, x, y, beta=beta, alpha=alpha),
+        make(2, 5, 3, dtype=dtype),
+        make(2, 5, 7, dtype=dtype),
+        make(2, 7, 3, dtype=dtype),
+        **tol,
+    )
+    check(
+        lambda s, x, y: torch.addbmm(s, x, y, beta=beta, alpha=alpha),
+        make(5, 3, dtype=dtype),
+        make(4, 5, 7, dtype=dtype),
+        make(4, 7, 3, dtype=dtype),
+        **tol,
+    )
+    check(
+        lambda s, x, y: torch.addmv(s, x, y, beta=beta, alpha=alpha),
+        make(5, dtype=dtype),
+        make(5, 7, dtype=dtype),
+        make(7, dtype=dtype),
+        **tol,
+    )
 
 
 def test_integer_products_wrap_like_pytorch():
@@ -103,7 +126,7 @@ def test_integer_products_wrap_like_pytorch():
     b = torch.randint(-128, 127, (40, 5), dtype=torch.int8)
     check(torch.mm, a, b)
     check(torch.mm, a.to(torch.uint8), b.to(torch.uint8))
-    big = torch.randint(-2**40, 2**40, (4, 8), dtype=torch.int64)
+    big = torch.randint(-(2**40), 2**40, (4, 8), dtype=torch.int64)
     check(torch.mm, big, big.t().contiguous())
 
 
@@ -155,8 +178,12 @@ def test_empty_products():
     check(torch.mm, torch.randn(4, 0), torch.randn(0, 3))  # sums of nothing: zeros
     check(torch.mm, torch.randn(0, 5), torch.randn(5, 3))
     check(torch.bmm, torch.randn(0, 2, 5), torch.randn(0, 5, 3))
-    check(lambda s, x, y: torch.addmm(s, x, y, beta=2.0), torch.randn(4, 3), torch.randn(4, 0),
-          torch.randn(0, 3))
+    check(
+        lambda s, x, y: torch.addmm(s, x, y, beta=2.0),
+        torch.randn(4, 3),
+        torch.randn(4, 0),
+        torch.randn(0, 3),
+    )
     check(torch.dot, torch.randn(0), torch.randn(0))
 
 
@@ -164,16 +191,32 @@ def test_empty_products():
 
 
 def test_in_place_forms():
-    check(lambda s, x, y: s.addmm_(x, y, beta=0.5, alpha=2.0), torch.randn(5, 3),
-          torch.randn(5, 7), torch.randn(7, 3))
-    check(lambda s, x, y: s.baddbmm_(x, y), torch.randn(2, 5, 3), torch.randn(2, 5, 7),
-          torch.randn(2, 7, 3))
-    check(lambda s, x, y: s.addbmm_(x, y), torch.randn(5, 3), torch.randn(2, 5, 7),
-          torch.randn(2, 7, 3))
+    check(
+        lambda s, x, y: s.addmm_(x, y, beta=0.5, alpha=2.0),
+        torch.randn(5, 3),
+        torch.randn(5, 7),
+        torch.randn(7, 3),
+    )
+    check(
+        lambda s, x, y: s.baddbmm_(x, y),
+        torch.randn(2, 5, 3),
+        torch.randn(2, 5, 7),
+        torch.randn(2, 7, 3),
+    )
+    check(
+        lambda s, x, y: s.addbmm_(x, y),
+        torch.randn(5, 3),
+        torch.randn(2, 5, 7),
+        torch.randn(2, 7, 3),
+    )
     check(lambda s, x, y: s.addmv_(x, y), torch.randn(5), torch.randn(5, 7), torch.randn(7))
     # Into a view: the rest of the base is kept.
-    check(lambda s, x, y: s[1:, ::2].addmm_(x, y), torch.randn(6, 6), torch.randn(5, 2),
-          torch.randn(2, 3))
+    check(
+        lambda s, x, y: s[1:, ::2].addmm_(x, y),
+        torch.randn(6, 6),
+        torch.randn(5, 2),
+        torch.randn(2, 3),
+    )
 
 
 def test_out_forms():
@@ -182,14 +225,25 @@ def test_out_forms():
 
     check(mm_out, torch.empty(5, 3), torch.randn(5, 7), torch.randn(7, 3))
     check(mm_out, torch.empty(0), torch.randn(5, 7), torch.randn(7, 3))  # resized
-    check(lambda out, x, y: torch.bmm(x, y, out=out), torch.empty(2, 5, 3), torch.randn(2, 5, 7),
-          torch.randn(2, 7, 3))
-    check(lambda out, s, x, y: torch.addmm(s, x, y, out=out), torch.empty(5, 3),
-          torch.randn(3), torch.randn(5, 7), torch.randn(7, 3))
-    check(lambda out, x, y: torch.mv(x, y, out=out), torch.empty(5), torch.randn(5, 7),
-          torch.randn(7))
-    check(lambda out, x, y: torch.dot(x, y, out=out), torch.empty(()), torch.randn(7),
-          torch.randn(7))
+    check(
+        lambda out, x, y: torch.bmm(x, y, out=out),
+        torch.empty(2, 5, 3),
+        torch.randn(2, 5, 7),
+        torch.randn(2, 7, 3),
+    )
+    check(
+        lambda out, s, x, y: torch.addmm(s, x, y, out=out),
+        torch.empty(5, 3),
+        torch.randn(3),
+        torch.randn(5, 7),
+        torch.randn(7, 3),
+    )
+    check(
+        lambda out, x, y: torch.mv(x, y, out=out), torch.empty(5), torch.randn(5, 7), torch.randn(7)
+    )
+    check(
+        lambda out, x, y: torch.dot(x, y, out=out), torch.empty(()), torch.randn(7), torch.randn(7)
+    )
 
 
 # ---------------------------------------------------------------- beta and alpha
@@ -200,20 +254,27 @@ NAN = float("nan")
 
 @pytest.mark.parametrize("op", ["addmm", "addmv", "baddbmm", "addbmm"])
 def test_beta_zero_ignores_nan_and_inf_in_self(op):
-    shapes = {"addmm": ((5, 3), (5, 7), (7, 3)), "addmv": ((5,), (5, 7), (7,)),
-              "baddbmm": ((2, 5, 3), (2, 5, 7), (2, 7, 3)),
-              "addbmm": ((5, 3), (2, 5, 7), (2, 7, 3))}[op]
+    shapes = {
+        "addmm": ((5, 3), (5, 7), (7, 3)),
+        "addmv": ((5,), (5, 7), (7,)),
+        "baddbmm": ((2, 5, 3), (2, 5, 7), (2, 7, 3)),
+        "addbmm": ((5, 3), (2, 5, 7), (2, 7, 3)),
+    }[op]
     s = torch.randn(shapes[0])
     s.view(-1)[0], s.view(-1)[-1] = NAN, float("inf")
     fn = getattr(torch, op)
-    r = check(lambda s, x, y: fn(s, x, y, beta=0), s, torch.randn(shapes[1]), torch.randn(shapes[2]))
+    r = check(
+        lambda s, x, y: fn(s, x, y, beta=0), s, torch.randn(shapes[1]), torch.randn(shapes[2])
+    )
     assert r.isfinite().all()
 
 
 def test_alpha_zero_ignores_nan_in_matrices_like_blas():
     x = torch.randn(5, 7)
     x[2, 3] = NAN
-    r = check(lambda s, x, y: torch.addmm(s, x, y, alpha=0), torch.randn(5, 3), x, torch.randn(7, 3))
+    r = check(
+        lambda s, x, y: torch.addmm(s, x, y, alpha=0), torch.randn(5, 3), x, torch.randn(7, 3)
+    )
     assert r.isfinite().all()
     # beta != 0 still propagates NaN from self.
     s = torch.randn(5, 3)
@@ -261,16 +322,20 @@ def test_linear_grad(batch, bias):
         compare_grads(F.linear, x, w)
 
 
-@pytest.mark.parametrize("shapes", [
-    ((7,), (7,)),
-    ((7,), (7, 3)),
-    ((4, 7), (7,)),
-    ((4, 7), (7, 3)),
-    ((2, 4, 7), (7, 3)),
-    ((2, 4, 7), (2, 7, 3)),
-    ((2, 1, 4, 7), (3, 7, 5)),
-    ((7,), (2, 7, 3)),
-], ids=str)
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((7,), (7,)),
+        ((7,), (7, 3)),
+        ((4, 7), (7,)),
+        ((4, 7), (7, 3)),
+        ((2, 4, 7), (7, 3)),
+        ((2, 4, 7), (2, 7, 3)),
+        ((2, 1, 4, 7), (3, 7, 5)),
+        ((7,), (2, 7, 3)),
+    ],
+    ids=str,
+)
 def test_matmul_grad(shapes):
     a, b = (torch.randn(s) for s in shapes)
     compare_grads(torch.matmul, a, b)
@@ -281,14 +346,27 @@ def test_matmul_grad_non_contiguous():
 
 
 def test_add_products_grad():
-    compare_grads(lambda s, x, y: torch.addmm(s, x, y, beta=0.5, alpha=2.0),
-                  torch.randn(5, 3), torch.randn(5, 7), torch.randn(7, 3))
-    compare_grads(lambda s, x, y: torch.baddbmm(s, x, y, beta=0.5, alpha=2.0),
-                  torch.randn(2, 5, 3), torch.randn(2, 5, 7), torch.randn(2, 7, 3))
-    compare_grads(lambda s, x, y: torch.addbmm(s, x, y), torch.randn(5, 3), torch.randn(2, 5, 7),
-                  torch.randn(2, 7, 3))
-    compare_grads(lambda s, x, y: torch.addmv(s, x, y), torch.randn(5), torch.randn(5, 7),
-                  torch.randn(7))
+    compare_grads(
+        lambda s, x, y: torch.addmm(s, x, y, beta=0.5, alpha=2.0),
+        torch.randn(5, 3),
+        torch.randn(5, 7),
+        torch.randn(7, 3),
+    )
+    compare_grads(
+        lambda s, x, y: torch.baddbmm(s, x, y, beta=0.5, alpha=2.0),
+        torch.randn(2, 5, 3),
+        torch.randn(2, 5, 7),
+        torch.randn(2, 7, 3),
+    )
+    compare_grads(
+        lambda s, x, y: torch.addbmm(s, x, y),
+        torch.randn(5, 3),
+        torch.randn(2, 5, 7),
+        torch.randn(2, 7, 3),
+    )
+    compare_grads(
+        lambda s, x, y: torch.addmv(s, x, y), torch.randn(5), torch.randn(5, 7), torch.randn(7)
+    )
     compare_grads(torch.dot, torch.randn(7), torch.randn(7))
 
 

@@ -4,7 +4,6 @@ triangles, gather/scatter and advanced indexing, factories."""
 import pytest
 import torch
 import torch.nn.functional as F
-
 from op_utils import check
 
 DTYPES = [torch.float32, torch.bfloat16, torch.int64, torch.int32, torch.bool]
@@ -28,14 +27,17 @@ def test_cat(dtype):
 
 
 def test_cat_promotes_and_skips_legacy_empty():
-    check(lambda x, y, e: torch.cat([x, y, e]), sample((2,), torch.int32),
-          sample((3,), torch.float32), torch.empty(0))
+    check(
+        lambda x, y, e: torch.cat([x, y, e]),
+        sample((2,), torch.int32),
+        sample((3,), torch.float32),
+        torch.empty(0),
+    )
     check(lambda x, e: torch.cat([x, e, x]), sample((2, 2), torch.float32), torch.empty(0))
 
 
 def test_cat_out_into_view():
-    check(lambda x, o: torch.cat([x, x], out=o[1]), sample((2,), torch.float32),
-          torch.zeros(3, 4))
+    check(lambda x, o: torch.cat([x, x], out=o[1]), sample((2,), torch.float32), torch.zeros(3, 4))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -103,16 +105,22 @@ def test_scatter_family(dim):
     x = sample((4, 5), torch.float32)
     src = sample((4, 5), torch.float32, 2)
     # unique indices along dim so plain scatter is deterministic
-    idx = torch.stack([torch.randperm(x.shape[dim], generator=torch.Generator().manual_seed(k))
-                       for k in range(5 if dim == 0 else 4)], dim=1 - dim)
+    idx = torch.stack(
+        [
+            torch.randperm(x.shape[dim], generator=torch.Generator().manual_seed(k))
+            for k in range(5 if dim == 0 else 4)
+        ],
+        dim=1 - dim,
+    )
     idx = idx[:3] if dim == 0 else idx[:, :3]
     check(lambda t, i, s: t.scatter(dim, i, s), x, idx, src)
     check(lambda t, i: t.scatter(dim, i, 2.5), x, idx)
     dup = index_like(idx.shape, x.shape[dim], 7)
     check(lambda t, i, s: t.scatter_add(dim, i, s), x, dup, src)
     check(lambda t, i, s: t.clone().scatter_add_(dim, i, s), x, dup, src)
-    check(lambda t, i, s: t.scatter(dim, i, s, reduce="multiply"), x, dup, src, rtol=1e-5,
-          atol=1e-5)
+    check(
+        lambda t, i, s: t.scatter(dim, i, s, reduce="multiply"), x, dup, src, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_advanced_indexing_reads():

@@ -20,8 +20,9 @@ def params(c, dtype=torch.float32, seed=5):
 # ---------------------------------------------------------------- layer norm
 
 # Every configuration in float32, the other dtypes on one.
-LAYER_NORM = [(n, affine, torch.float32) for n in [(8,), (3, 8)]
-              for affine in ["both", "weight", "none"]]
+LAYER_NORM = [
+    (n, affine, torch.float32) for n in [(8,), (3, 8)] for affine in ["both", "weight", "none"]
+]
 LAYER_NORM += [((8,), "both", dtype) for dtype in FLOATS[1:]]
 
 
@@ -34,8 +35,15 @@ def test_layer_norm(normalized, affine, dtype):
     # PyTorch's CPU kernel sums bfloat16 parameter gradients less accurately than float32 does
     # (checked against float64: ours is closer).
     tol = {"atol": 5e-2} if dtype == torch.bfloat16 else {}
-    run(lambda t, ns, ww, bb: F.layer_norm(t, ns, ww, bb, eps=1e-4), x, normalized, w, b,
-        grad=grad, **tol)
+    run(
+        lambda t, ns, ww, bb: F.layer_norm(t, ns, ww, bb, eps=1e-4),
+        x,
+        normalized,
+        w,
+        b,
+        grad=grad,
+        **tol,
+    )
 
 
 def test_native_layer_norm_results():
@@ -55,11 +63,15 @@ def test_layer_norm_module_non_contiguous():
         return F.layer_norm(t.t(), (6,), w, b)
 
     run(fn, x, ln.weight.detach(), ln.bias.detach(), grad=[0, 1, 2])
-    run(lambda t: torch.nn.LayerNorm(6, elementwise_affine=False).to(t.device)(t), randn(3, 6),
-        grad=[0])
+    run(
+        lambda t: torch.nn.LayerNorm(6, elementwise_affine=False).to(t.device)(t),
+        randn(3, 6),
+        grad=[0],
+    )
 
 
 # ---------------------------------------------------------------- batch norm
+
 
 @pytest.mark.parametrize("shape", [(6, 3), (4, 3, 5), (2, 3, 4, 5), (2, 3, 2, 3, 2)], ids=str)
 @pytest.mark.parametrize("training", [True, False])
@@ -67,9 +79,15 @@ def test_batch_norm(shape, training):
     x = randn(*shape) * 2 + 0.5
     w, b = params(3)
     rm, rv = randn(3, seed=9), randn(3, seed=10).abs() + 0.5
-    run(lambda t, ww, bb: F.batch_norm(t, rm.to(t.device), rv.to(t.device), ww, bb,
-                                       training=training, momentum=0.2, eps=1e-4),
-        x, w, b, grad=[0, 1, 2])
+    run(
+        lambda t, ww, bb: F.batch_norm(
+            t, rm.to(t.device), rv.to(t.device), ww, bb, training=training, momentum=0.2, eps=1e-4
+        ),
+        x,
+        w,
+        b,
+        grad=[0, 1, 2],
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -81,8 +99,15 @@ def test_batch_norm_dtypes(dtype, training):
     w, b = params(3, pdtype)
     rm, rv = randn(3, dtype=pdtype, seed=9), randn(3, dtype=pdtype, seed=10).abs() + 0.5
     # Running statistics are created inside: their update is tested on its own below.
-    run(lambda t, ww, bb: F.batch_norm(t, rm.to(t.device), rv.to(t.device), ww, bb,
-                                       training=training), x, w, b, grad=[0, 1, 2])
+    run(
+        lambda t, ww, bb: F.batch_norm(
+            t, rm.to(t.device), rv.to(t.device), ww, bb, training=training
+        ),
+        x,
+        w,
+        b,
+        grad=[0, 1, 2],
+    )
 
 
 def test_batch_norm_no_affine_no_stats_channels_last():
@@ -103,8 +128,16 @@ def test_native_batch_norm_legit_updates_running_stats(training):
     x, (w, b) = randn(4, 3, 5), params(3)
     rm, rv = randn(3, seed=9), randn(3, seed=10).abs() + 0.5
     pick = (lambda r: r) if training else _eval_results
-    check(lambda t, ww, bb, m, v: pick(A._native_batch_norm_legit(t, ww, bb, m, v, training, 0.3,
-                                                                  1e-5)), x, w, b, rm, rv)
+    check(
+        lambda t, ww, bb, m, v: pick(
+            A._native_batch_norm_legit(t, ww, bb, m, v, training, 0.3, 1e-5)
+        ),
+        x,
+        w,
+        b,
+        rm,
+        rv,
+    )
 
 
 def test_batch_norm_eval_saved_statistics():
@@ -118,22 +151,63 @@ def test_batch_norm_eval_saved_statistics():
 def test_batch_norm_aten_variants():
     x, (w, b) = randn(4, 3, 5), params(3)
     rm, rv = randn(3, seed=9), randn(3, seed=10).abs() + 0.5
-    check(lambda t, ww, bb: A._native_batch_norm_legit.no_stats(t, ww, bb, True, 0.1, 1e-5),
-          x, w, b)
-    check(lambda t, ww, bb, m, v: _eval_results(
-        A._native_batch_norm_legit_no_training(t, ww, bb, m, v, 0.1, 1e-5)), x, w, b, rm, rv)
-    check(lambda t, ww, bb, m, v: A._native_batch_norm_legit_functional(t, ww, bb, m, v, True,
-                                                                        0.1, 1e-5),
-          x, w, b, rm, rv)
-    check(lambda t, ww, bb, m, v: _eval_results(
-        A._native_batch_norm_legit_functional(t, ww, bb, m, v, False, 0.1, 1e-5)),
-        x, w, b, rm, rv)
-    check(lambda t, ww, bb, m, v: A._batch_norm_with_update(t, ww, bb, m, v, 0.1, 1e-5),
-          x, w, b, rm, rv)
-    check(lambda t, ww, bb, m, v: A._batch_norm_with_update_functional(t, ww, bb, m, v, 0.1,
-                                                                       1e-5), x, w, b, rm, rv)
-    check(lambda t, ww, bb, m, v: _eval_results(A._batch_norm_no_update(t, ww, bb, m, v, 0.1,
-                                                                        1e-5)), x, w, b, rm, rv)
+    check(
+        lambda t, ww, bb: A._native_batch_norm_legit.no_stats(t, ww, bb, True, 0.1, 1e-5), x, w, b
+    )
+    check(
+        lambda t, ww, bb, m, v: _eval_results(
+            A._native_batch_norm_legit_no_training(t, ww, bb, m, v, 0.1, 1e-5)
+        ),
+        x,
+        w,
+        b,
+        rm,
+        rv,
+    )
+    check(
+        lambda t, ww, bb, m, v: A._native_batch_norm_legit_functional(
+            t, ww, bb, m, v, True, 0.1, 1e-5
+        ),
+        x,
+        w,
+        b,
+        rm,
+        rv,
+    )
+    check(
+        lambda t, ww, bb, m, v: _eval_results(
+            A._native_batch_norm_legit_functional(t, ww, bb, m, v, False, 0.1, 1e-5)
+        ),
+        x,
+        w,
+        b,
+        rm,
+        rv,
+    )
+    check(
+        lambda t, ww, bb, m, v: A._batch_norm_with_update(t, ww, bb, m, v, 0.1, 1e-5),
+        x,
+        w,
+        b,
+        rm,
+        rv,
+    )
+    check(
+        lambda t, ww, bb, m, v: A._batch_norm_with_update_functional(t, ww, bb, m, v, 0.1, 1e-5),
+        x,
+        w,
+        b,
+        rm,
+        rv,
+    )
+    check(
+        lambda t, ww, bb, m, v: _eval_results(A._batch_norm_no_update(t, ww, bb, m, v, 0.1, 1e-5)),
+        x,
+        w,
+        b,
+        rm,
+        rv,
+    )
 
 
 @pytest.mark.parametrize("train", [True, False])
@@ -143,11 +217,28 @@ def test_batch_norm_backward_ops(train):
     rm, rv = randn(3, seed=9), randn(3, seed=10).abs() + 0.5
     mean, invstd = x.mean((0, 2)), (x.var((0, 2), unbiased=False) + 1e-5).rsqrt()
     mask = [True, True, True]
-    check(lambda *t: A.native_batch_norm_backward(*t, train, 1e-5, mask), g, x, w, rm, rv, mean,
-          invstd)
+    check(
+        lambda *t: A.native_batch_norm_backward(*t, train, 1e-5, mask),
+        g,
+        x,
+        w,
+        rm,
+        rv,
+        mean,
+        invstd,
+    )
     reserve = torch.empty(0, dtype=torch.uint8)
-    check(lambda *t: A.batch_norm_backward(*t[:7], train, 1e-5, mask, t[7]), g, x, w, rm, rv,
-          mean, invstd, reserve)
+    check(
+        lambda *t: A.batch_norm_backward(*t[:7], train, 1e-5, mask, t[7]),
+        g,
+        x,
+        w,
+        rm,
+        rv,
+        mean,
+        invstd,
+        reserve,
+    )
 
 
 @pytest.mark.parametrize("training", [True, False])
@@ -183,10 +274,13 @@ def _running_stats_written():
     return bool(rm.cpu() == 1)
 
 
-@pytest.mark.xfail(condition=not _running_stats_written(), strict=True,
-                   reason="aten::native_batch_norm's schema has no (a!) on running_mean/"
-                          "running_var, so the boxed kernel does not write them back (shared "
-                          "aten/lowered_ops.cpp; the CPU fallback has the same gap)")
+@pytest.mark.xfail(
+    condition=not _running_stats_written(),
+    strict=True,
+    reason="aten::native_batch_norm's schema has no (a!) on running_mean/"
+    "running_var, so the boxed kernel does not write them back (shared "
+    "aten/lowered_ops.cpp; the CPU fallback has the same gap)",
+)
 def test_batch_norm_module_running_stats_update():
     cpu = torch.nn.BatchNorm2d(3, momentum=0.3)
     tpu = torch.nn.BatchNorm2d(3, momentum=0.3).to("tpu")
@@ -203,6 +297,7 @@ def test_batch_norm_module_running_stats_update():
 
 
 # ---------------------------------------------------------------- group norm
+
 
 @pytest.mark.parametrize("groups", [1, 2, 6])
 @pytest.mark.parametrize("affine", [True, False])
@@ -227,6 +322,11 @@ def test_group_norm_shapes_dtypes(shape, dtype):
 def test_group_norm_module_channels_last():
     gn = torch.nn.GroupNorm(2, 4)
     x = randn(2, 4, 3, 5).contiguous(memory_format=torch.channels_last)
-    run(lambda t, w, b: F.group_norm(t, 2, w, b), x, gn.weight.detach(), gn.bias.detach(),
-        grad=[0, 1, 2])
+    run(
+        lambda t, w, b: F.group_norm(t, 2, w, b),
+        x,
+        gn.weight.detach(),
+        gn.bias.detach(),
+        grad=[0, 1, 2],
+    )
     check(lambda t: A.native_group_norm(t, None, None, 2, 4, 15, 2, 1e-5), x)

@@ -51,10 +51,14 @@ def test_max_pool2d_unbatched():
 def test_max_pool2d_ties_nan_inf():
     # Ties keep the first index, NaN wins (the last NaN of a window), -inf windows point at
     # their first element: PyTorch's scan order.
-    x = torch.tensor([[1.0, 1.0, 2.0, 2.0, 0.0],
-                      [float("nan"), 1.0, 2.0, float("nan"), 0.0],
-                      [float("-inf"), float("-inf"), 5.0, 5.0, float("nan")],
-                      [float("-inf"), float("-inf"), 5.0, 5.0, float("nan")]])
+    x = torch.tensor(
+        [
+            [1.0, 1.0, 2.0, 2.0, 0.0],
+            [float("nan"), 1.0, 2.0, float("nan"), 0.0],
+            [float("-inf"), float("-inf"), 5.0, 5.0, float("nan")],
+            [float("-inf"), float("-inf"), 5.0, 5.0, float("nan")],
+        ]
+    )
     x = x.view(1, 1, 4, 5)
     run(lambda t: F.max_pool2d(t, 2, 1, return_indices=True), x, grad=[0])
     run(lambda t: F.max_pool2d(t, 2, 2, 1, ceil_mode=True, return_indices=True), x, grad=[0])
@@ -74,8 +78,11 @@ def test_max_pool1d(ceil):
     run(lambda t: F.max_pool1d(t, 2, dilation=2), x, grad=[0])
 
 
-MAX3D = [(2, None, 0, 1, False), (3, 2, 1, 1, True),
-         ((3, 2, 2), (2, 1, 2), (1, 0, 1), (1, 2, 1), False)]
+MAX3D = [
+    (2, None, 0, 1, False),
+    (3, 2, 1, 1, True),
+    ((3, 2, 2), (2, 1, 2), (1, 0, 1), (1, 2, 1), False),
+]
 
 
 @pytest.mark.parametrize("cfg, dtype, layout", cases(MAX3D, layouts=False), ids=str)
@@ -93,13 +100,20 @@ def test_max_pool_non_contiguous():
 
 def test_pool_out_variants():
     x = randn(2, 3, 8, 9)
-    check(lambda t, o, i: torch._C._nn.max_pool2d_with_indices(t, 3, 2, 1, out=(o, i)), x,
-          torch.empty(0), torch.empty(0, dtype=torch.int64))
+    check(
+        lambda t, o, i: torch._C._nn.max_pool2d_with_indices(t, 3, 2, 1, out=(o, i)),
+        x,
+        torch.empty(0),
+        torch.empty(0, dtype=torch.int64),
+    )
     # adaptive_avg_pool2d.out has a CPU kernel but no meta kernel: it can only fall back.
-    check(lambda t, o: torch._C._nn.adaptive_avg_pool2d(t, (3, 4), out=o), x, torch.empty(0),
-          allow_fallback=True)
-    check(lambda t, o: A.avg_pool1d.out(t, [3], [2], [1], True, False, out=o), x[0],
-          torch.empty(0))
+    check(
+        lambda t, o: torch._C._nn.adaptive_avg_pool2d(t, (3, 4), out=o),
+        x,
+        torch.empty(0),
+        allow_fallback=True,
+    )
+    check(lambda t, o: A.avg_pool1d.out(t, [3], [2], [1], True, False, out=o), x[0], torch.empty(0))
 
 
 def test_max_pool2d_module():
@@ -134,33 +148,44 @@ def test_avg_pool2d_integers():
     check(lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False), x)
 
 
-@pytest.mark.parametrize("cfg", [(3, 2, 1, False, True), (4, 3, 2, True, False),
-                                 (2, 1, 0, False, True)], ids=str)
+@pytest.mark.parametrize(
+    "cfg", [(3, 2, 1, False, True), (4, 3, 2, True, False), (2, 1, 0, False, True)], ids=str
+)
 def test_avg_pool1d(cfg):
     k, s, p, ceil, cip = cfg
     run(lambda t: F.avg_pool1d(t, k, s, p, ceil, cip), randn(2, 3, 13), grad=[0])
 
 
-AVG3D = [(2, None, 0, False, True, None), (3, 2, 1, True, False, None),
-         ((3, 2, 2), (1, 2, 2), (1, 0, 1), True, True, 5)]
+AVG3D = [
+    (2, None, 0, False, True, None),
+    (3, 2, 1, True, False, None),
+    ((3, 2, 2), (1, 2, 2), (1, 0, 1), True, True, 5),
+]
 
 
 @pytest.mark.parametrize("cfg, dtype, layout", cases(AVG3D, FLOATS3D, layouts=False), ids=str)
 def test_avg_pool3d(cfg, dtype, layout):
     k, s, p, ceil, cip, div = cfg
-    run(lambda t: F.avg_pool3d(t, k, s, p, ceil, cip, div), randn(2, 2, 6, 7, 5, dtype=dtype),
-        grad=[0])
+    run(
+        lambda t: F.avg_pool3d(t, k, s, p, ceil, cip, div),
+        randn(2, 2, 6, 7, 5, dtype=dtype),
+        grad=[0],
+    )
 
 
 def test_avg_pool2d_module_and_out():
-    run(torch.nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False),
-        randn(2, 4, 9, 9), grad=[0])
+    run(
+        torch.nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False),
+        randn(2, 4, 9, 9),
+        grad=[0],
+    )
     x = randn(2, 3, 8, 8)
     check(lambda t, o: torch._C._nn.avg_pool2d(t, 2, out=o), x, torch.empty(0))
 
 
-@pytest.mark.parametrize("size, dtype, layout",
-                         cases([(1, 1), (4, 3), (9, 10), (3, 5), (5, 7), (2, None)]), ids=str)
+@pytest.mark.parametrize(
+    "size, dtype, layout", cases([(1, 1), (4, 3), (9, 10), (3, 5), (5, 7), (2, None)]), ids=str
+)
 def test_adaptive_avg_pool2d(size, dtype, layout):
     x = LAYOUTS[layout](randn(2, 3, 9, 10, dtype=dtype))
     run(lambda t: F.adaptive_avg_pool2d(t, size), x, grad=[0])
@@ -181,5 +206,8 @@ def test_adaptive_max_pool2d(size, dtype, layout):
 
 def test_adaptive_max_pool_1d_3d():
     run(lambda t: F.adaptive_max_pool1d(t, 4, return_indices=True), randn(2, 3, 11), grad=[0])
-    run(lambda t: F.adaptive_max_pool3d(t, (2, 3, 4), return_indices=True),
-        randn(2, 2, 5, 7, 9), grad=[0])
+    run(
+        lambda t: F.adaptive_max_pool3d(t, (2, 3, 4), return_indices=True),
+        randn(2, 2, 5, 7, 9),
+        grad=[0],
+    )

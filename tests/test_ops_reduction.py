@@ -56,9 +56,17 @@ def test_sum_dims(dim, keepdim):
     check(lambda t: torch.sum(t, **dim_kwargs(dim, keepdim)), make((3, 4, 5), torch.float32))
 
 
-@pytest.mark.parametrize("src,dtype", [(torch.int32, torch.float32), (torch.float32, torch.float64),
-                                       (torch.float32, torch.bfloat16), (torch.bool, torch.int32),
-                                       (torch.float64, torch.float32), (torch.bool, torch.bool)])
+@pytest.mark.parametrize(
+    "src,dtype",
+    [
+        (torch.int32, torch.float32),
+        (torch.float32, torch.float64),
+        (torch.float32, torch.bfloat16),
+        (torch.bool, torch.int32),
+        (torch.float64, torch.float32),
+        (torch.bool, torch.bool),
+    ],
+)
 def test_sum_dtype_casts_first(src, dtype):
     x = make((6, 7), src, low=-3, high=3)
     check(lambda t: torch.sum(t, dtype=dtype), x)
@@ -86,8 +94,18 @@ def test_mean_dtype_and_empty():
     check(lambda t: torch.mean(t), torch.empty(0))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int32,
-                                   torch.int64, torch.bool, torch.complex64])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float32,
+        torch.float64,
+        torch.bfloat16,
+        torch.int32,
+        torch.int64,
+        torch.bool,
+        torch.complex64,
+    ],
+)
 def test_prod(dtype):
     # Values near 1 keep low-precision products finite.
     if dtype.is_floating_point or dtype.is_complex:
@@ -136,8 +154,9 @@ def test_trace(shape):
     check(lambda t: torch.trace(t), make(shape, torch.float32))
     check(lambda t: torch.trace(t.t()), make(shape, torch.int32))
     # trace_backward writes the diagonal with index_fill_ (the indexing family's).
-    check_allowing({"aten::index_fill_.int_Tensor"}, grad_of(torch.trace),
-                   make(shape, torch.float32))
+    check_allowing(
+        {"aten::index_fill_.int_Tensor"}, grad_of(torch.trace), make(shape, torch.float32)
+    )
 
 
 def test_sum_large_bfloat16_accumulates_in_float32():
@@ -150,8 +169,9 @@ def test_sum_large_bfloat16_accumulates_in_float32():
 # ---------------------------------------------------------------- extrema
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32,
-                                   torch.uint8, torch.bool])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.uint8, torch.bool]
+)
 @pytest.mark.parametrize("op", [torch.amax, torch.amin])
 def test_amax_amin(dtype, op):
     x = make((3, 4, 5), dtype)
@@ -191,10 +211,14 @@ def test_aminmax(dtype):
 
 def ties_and_nans():
     # Ties (first occurrence wins) and NaNs (the first NaN wins) per row.
-    return torch.tensor([[1.0, 3.0, 3.0, 2.0, 3.0],
-                         [1.0, NAN, 5.0, NAN, 5.0],
-                         [-INF, -INF, -INF, -INF, -INF],
-                         [2.0, 0.0, 0.0, 2.0, 1.0]])
+    return torch.tensor(
+        [
+            [1.0, 3.0, 3.0, 2.0, 3.0],
+            [1.0, NAN, 5.0, NAN, 5.0],
+            [-INF, -INF, -INF, -INF, -INF],
+            [2.0, 0.0, 0.0, 2.0, 1.0],
+        ]
+    )
 
 
 @pytest.mark.parametrize("op", [torch.argmax, torch.argmin])
@@ -231,13 +255,16 @@ def test_arg_reductions_of_zero_dim_and_empty():
     check(lambda t: torch.amax(t, 1), torch.empty(0, 3))
 
 
-@pytest.mark.parametrize("fn,message", [
-    (lambda t: torch.max(t), "Expected reduction dim to be specified"),
-    (lambda t: torch.min(t), "Expected reduction dim to be specified"),
-    (lambda t: torch.max(t, 0), "Expected reduction dim 0 to have non-zero size"),
-    (lambda t: torch.argmin(t, 0), "reduction dim 0 to have non-zero size"),
-    (lambda t: torch.amax(t, 0), "zero-size dimension"),
-])
+@pytest.mark.parametrize(
+    "fn,message",
+    [
+        (lambda t: torch.max(t), "Expected reduction dim to be specified"),
+        (lambda t: torch.min(t), "Expected reduction dim to be specified"),
+        (lambda t: torch.max(t, 0), "Expected reduction dim 0 to have non-zero size"),
+        (lambda t: torch.argmin(t, 0), "reduction dim 0 to have non-zero size"),
+        (lambda t: torch.amax(t, 0), "zero-size dimension"),
+    ],
+)
 def test_empty_extrema_raise(fn, message):
     with pytest.raises((RuntimeError, IndexError), match=message):
         fn(torch.empty(0, 3, device="tpu"))
@@ -268,13 +295,16 @@ def test_var_std_dtypes(dtype, op):
     check(lambda t: op(t.t(), 1, correction=0), x)
 
 
-@pytest.mark.parametrize("shape,dim,correction", [
-    ((3, 1), 1, 1),      # one sample: 0 / 0 = nan
-    ((3, 4), 1, 4),      # correction == N: inf
-    ((3, 4), 1, 7),      # correction > N: inf
-    ((), None, 1),       # 0-dim
-    ((0, 3), 0, 1),      # empty: nan
-])
+@pytest.mark.parametrize(
+    "shape,dim,correction",
+    [
+        ((3, 1), 1, 1),  # one sample: 0 / 0 = nan
+        ((3, 4), 1, 4),  # correction == N: inf
+        ((3, 4), 1, 7),  # correction > N: inf
+        ((), None, 1),  # 0-dim
+        ((0, 3), 0, 1),  # empty: nan
+    ],
+)
 def test_var_degenerate(shape, dim, correction):
     x = make(shape, torch.float32)
     with warnings.catch_warnings():
@@ -290,8 +320,9 @@ def test_var_constant_input_is_zero():
 # ---------------------------------------------------------------- any, all, count_nonzero
 
 
-@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.float32,
-                                   torch.bfloat16, torch.complex64])
+@pytest.mark.parametrize(
+    "dtype", [torch.bool, torch.uint8, torch.int32, torch.float32, torch.bfloat16, torch.complex64]
+)
 @pytest.mark.parametrize("op", [torch.any, torch.all])
 def test_any_all(dtype, op):
     x = make((3, 4, 5), dtype, low=0, high=2) if not dtype.is_complex else make((3, 4, 5), dtype)
@@ -335,8 +366,9 @@ def test_count_nonzero(dtype):
 # ---------------------------------------------------------------- logsumexp
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int32,
-                                   torch.complex64])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.bfloat16, torch.int32, torch.complex64]
+)
 def test_logsumexp(dtype):
     x = make((3, 4, 2), dtype, low=-5, high=5)
     check(lambda t: torch.logsumexp(t, -1), x)
@@ -344,8 +376,19 @@ def test_logsumexp(dtype):
     check(lambda t: torch.logsumexp(t.transpose(0, 2), 0), x)
 
 
-@pytest.mark.parametrize("row", [[INF, 1.0], [-INF, -INF], [INF, INF], [NAN, 1.0], [-INF, 1.0],
-                                 [INF, -INF], [1000.0, 1000.0], [-1000.0, -1000.0]])
+@pytest.mark.parametrize(
+    "row",
+    [
+        [INF, 1.0],
+        [-INF, -INF],
+        [INF, INF],
+        [NAN, 1.0],
+        [-INF, 1.0],
+        [INF, -INF],
+        [1000.0, 1000.0],
+        [-1000.0, -1000.0],
+    ],
+)
 def test_logsumexp_special_values(row):
     x = torch.tensor([row, row[::-1]])
     check(lambda t: torch.logsumexp(t, 1), x)
@@ -473,10 +516,18 @@ def test_out_forms():
     check(lambda t, o: (torch.argmax(t, 1, out=o), o), x, torch.empty(4, dtype=torch.long))
     check(lambda t, o: (torch.linalg.vector_norm(t, 3, out=o), o), x, torch.empty(()))
     check(lambda t, o: (torch.logsumexp(t, 1, out=o), o), x, torch.empty(4))
-    check(lambda t, v, i: (torch.max(t, 1, out=(v, i)), v, i), x, torch.empty(4),
-          torch.empty(4, dtype=torch.long))
-    check(lambda t, v, i: (torch.cummin(t, 0, out=(v, i)), v, i), x, torch.empty(4, 5),
-          torch.empty(4, 5, dtype=torch.long))
+    check(
+        lambda t, v, i: (torch.max(t, 1, out=(v, i)), v, i),
+        x,
+        torch.empty(4),
+        torch.empty(4, dtype=torch.long),
+    )
+    check(
+        lambda t, v, i: (torch.cummin(t, 0, out=(v, i)), v, i),
+        x,
+        torch.empty(4, 5),
+        torch.empty(4, 5, dtype=torch.long),
+    )
     check(lambda t, o: (torch.any(t, 0, out=o), o), x > 0, torch.empty(5, dtype=torch.bool))
     # A strided view as the destination.
     check(lambda t, o: (torch.sum(t, 0, out=o[::2]), o), x, torch.zeros(10))

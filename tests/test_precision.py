@@ -66,8 +66,9 @@ def test_default_is_one_bfloat16_pass(matrices):
     ours = tpu_mm(a, b, P.DEFAULT)
     # Exact products of the bf16-rounded operands, summed in float32.
     expected = bf16(a) @ bf16(b)
-    torch.testing.assert_close(ours.double(), expected, rtol=0,
-                               atol=256 * 2**-24 * expected.abs().max().item())
+    torch.testing.assert_close(
+        ours.double(), expected, rtol=0, atol=256 * 2**-24 * expected.abs().max().item()
+    )
 
 
 def test_high_is_bf16x3(matrices):
@@ -76,8 +77,9 @@ def test_high_is_bf16x3(matrices):
     a_hi, b_hi = bf16(a), bf16(b)
     a_lo, b_lo = bf16(a - a_hi.float()), bf16(b - b_hi.float())
     expected = a_hi @ b_hi + a_hi @ b_lo + a_lo @ b_hi
-    torch.testing.assert_close(ours.double(), expected, rtol=0,
-                               atol=256 * 2**-24 * expected.abs().max().item())
+    torch.testing.assert_close(
+        ours.double(), expected, rtol=0, atol=256 * 2**-24 * expected.abs().max().item()
+    )
     # ... and better than any single bf16 pass could be.
     assert rel_error(ours, exact) < rel_error(a_hi @ b_hi, exact) / 100
 
@@ -122,9 +124,15 @@ def test_every_matmul_op_follows_precision(op):
     def r(*shape):
         return torch.randn(*shape, generator=g)
 
-    args = {"bmm": (r(2, n, n), r(2, n, n)), "mv": (r(n, n), r(n)), "dot": (r(n * n), r(n * n)),
-            "addmm": (r(n, n), r(n, n), r(n, n)), "baddbmm": (r(2, n, n), r(2, n, n), r(2, n, n)),
-            "addbmm": (r(n, n), r(2, n, n), r(2, n, n)), "addmv": (r(n), r(n, n), r(n))}[op]
+    args = {
+        "bmm": (r(2, n, n), r(2, n, n)),
+        "mv": (r(n, n), r(n)),
+        "dot": (r(n * n), r(n * n)),
+        "addmm": (r(n, n), r(n, n), r(n, n)),
+        "baddbmm": (r(2, n, n), r(2, n, n), r(2, n, n)),
+        "addbmm": (r(n, n), r(2, n, n), r(2, n, n)),
+        "addmv": (r(n), r(n, n), r(n)),
+    }[op]
     fn = getattr(torch, op)
     exact = fn(*(t.double() for t in args))
     errors = {}
@@ -160,7 +168,11 @@ def test_convolution_and_its_gradients_follow_precision():
         with torch.tpu.precision(mode):
             y = F.conv2d(xt, wt)
             y.backward(grad.to("tpu"))
-        for name, ours in [("output", y.detach()), ("grad_input", xt.grad), ("grad_weight", wt.grad)]:
+        for name, ours in [
+            ("output", y.detach()),
+            ("grad_input", xt.grad),
+            ("grad_weight", wt.grad),
+        ]:
             errors[name][mode] = rel_error(ours.cpu(), exact[name])
     for e in errors.values():
         assert e[P.DEFAULT] > 10 * e[P.HIGH] > 100 * e[P.HIGHEST], errors
@@ -179,8 +191,9 @@ def test_linear_backward_follows_precision(matrices):
     assert errors[P.DEFAULT] > 100 * errors[P.HIGHEST], errors
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16, torch.int32],
-                         ids=str)
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, torch.bfloat16, torch.float16, torch.int32], ids=str
+)
 def test_other_dtypes_ignore_precision(dtype):
     g = torch.Generator().manual_seed(4)
     a = torch.randn(32, 32, generator=g).mul(4).to(dtype)

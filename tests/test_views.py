@@ -3,7 +3,6 @@ results, views alias their base, and writes through one alias are seen by all.""
 
 import pytest
 import torch
-
 from op_utils import assert_close_tree
 
 
@@ -65,7 +64,9 @@ def test_view_reads_like_cpu(name):
     run_both(fn)
 
 
-@pytest.mark.parametrize("name", sorted(n for n in VIEWS if n not in ("expand", "as_strided_overlap")))
+@pytest.mark.parametrize(
+    "name", sorted(n for n in VIEWS if n not in ("expand", "as_strided_overlap"))
+)
 def test_write_through_view_is_seen_by_base(name):
     def fn(device):
         x = base(device, 2, 3, 4)
@@ -76,7 +77,9 @@ def test_write_through_view_is_seen_by_base(name):
     run_both(fn)
 
 
-@pytest.mark.parametrize("name", sorted(n for n in VIEWS if n not in ("expand", "as_strided_overlap", "view_dtype")))
+@pytest.mark.parametrize(
+    "name", sorted(n for n in VIEWS if n not in ("expand", "as_strided_overlap", "view_dtype"))
+)
 def test_copy_into_view(name):
     def fn(device):
         x = base(device, 2, 3, 4)
@@ -187,7 +190,9 @@ def test_out_into_view_and_resize():
         fresh = torch.empty(0).to(device)
         torch.cat([src, src], 0, out=fresh)  # resized from empty
         view_out = out[:, 1]
-        torch.cat([torch.tensor([5.0]).to(device), torch.tensor([6.0, 7.0]).to(device)], out=view_out)
+        torch.cat(
+            [torch.tensor([5.0]).to(device), torch.tensor([6.0, 7.0]).to(device)], out=view_out
+        )
         return out, fresh
 
     run_both(fn)

@@ -29,7 +29,7 @@ def _package_dir(name: str) -> str | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return list(spec.submodule_search_locations)[0]
+    return next(iter(spec.submodule_search_locations))
 
 
 def _find_tpu_plugin() -> str | None:
@@ -115,9 +115,17 @@ def preload_cuda_libraries() -> None:
 
     roots = [_package_dir("nvidia")]
     names = [
-        "libcudart.so.13", "libnvrtc.so.13", "libcublas.so.13", "libcublasLt.so.13",
-        "libnccl.so.2", "libcupti.so.13", "libcusparse.so.12", "libcusolver.so.12",
-        "libcufft.so.12", "libnvshmem_host.so.3", "libcudnn.so.9",
+        "libcudart.so.13",
+        "libnvrtc.so.13",
+        "libcublas.so.13",
+        "libcublasLt.so.13",
+        "libnccl.so.2",
+        "libcupti.so.13",
+        "libcusparse.so.12",
+        "libcusolver.so.12",
+        "libcufft.so.12",
+        "libnvshmem_host.so.3",
+        "libcudnn.so.9",
     ]
     dirs = []
     for root in filter(None, roots):

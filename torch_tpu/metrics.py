@@ -21,13 +21,19 @@ def metrics_report() -> str:
     lines = [
         "torch_tpu metrics",
         f"  compiles:           {m['compiles']} ({m['compile_seconds']:.2f} s)",
-        f"  program cache:      {m['cache_hits']} hits, {m['cache_misses']} misses"
-        f" ({hit_rate:.1f}% hits)",
+        (
+            f"  program cache:      {m['cache_hits']} hits, {m['cache_misses']} misses"
+            f" ({hit_rate:.1f}% hits)"
+        ),
         f"  executions:         {m['executions']}",
-        f"  host -> device:     {m['host_to_device_transfers']} transfers,"
-        f" {m['host_to_device_bytes']} bytes",
-        f"  device -> host:     {m['device_to_host_transfers']} transfers,"
-        f" {m['device_to_host_bytes']} bytes",
+        (
+            f"  host -> device:     {m['host_to_device_transfers']} transfers,"
+            f" {m['host_to_device_bytes']} bytes"
+        ),
+        (
+            f"  device -> host:     {m['device_to_host_transfers']} transfers,"
+            f" {m['device_to_host_bytes']} bytes"
+        ),
     ]
     fallbacks = m["fallbacks"]
     if fallbacks:

@@ -20,8 +20,7 @@ void copy_on_device(const at::Tensor& dst, const at::Tensor& src) {
   }
   // Buffers are immutable: a whole-storage copy shares the source buffer.
   if (d.is_whole_storage() && s.is_whole_storage() && d.sizes == s.sizes && d.dtype == s.dtype &&
-      d.slot->nbytes == s.slot->nbytes &&
-      (!s.slot->buffer || s.slot->element_type() == s.dtype)) {
+      d.slot->nbytes == s.slot->nbytes && (!s.slot->buffer || s.slot->element_type() == s.dtype)) {
     d.slot->buffer = s.slot->buffer;
     return;
   }
@@ -50,9 +49,8 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
       copy_on_device(self, src);
     } else {
       // Move a dense copy across, then write it into place.
-      at::Tensor dense = src.is_contiguous() && view_of(src).is_whole_storage()
-                             ? src
-                             : src.contiguous();
+      at::Tensor dense =
+          src.is_contiguous() && view_of(src).is_whole_storage() ? src : src.contiguous();
       at::Tensor moved = empty_tpu(dense.sizes(), dense.scalar_type(), self.device().index());
       engine::copy_storage_across_devices(*slot_of(moved), *slot_of(dense));
       copy_on_device(self, moved);

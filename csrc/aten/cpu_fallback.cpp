@@ -49,9 +49,10 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack,
     static std::set<std::string> warned;
     std::lock_guard<std::mutex> lock(mutex);
     if (warned.insert(name).second) {
-      TORCH_WARN(why, "; it runs on the CPU (inputs copied to the host "
-                      "and back). Set TORCH_TPU_FALLBACK=silent to hide this warning or "
-                      "=error to forbid fallbacks.");
+      TORCH_WARN(why,
+                 "; it runs on the CPU (inputs copied to the host "
+                 "and back). Set TORCH_TPU_FALLBACK=silent to hide this warning or "
+                 "=error to forbid fallbacks.");
     }
   }
   at::native::cpu_fallback(op, stack);

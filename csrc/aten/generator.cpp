@@ -40,8 +40,7 @@ c10::intrusive_ptr<c10::TensorImpl> TpuGenerator::get_state() const {
 void TpuGenerator::set_state(const c10::TensorImpl& new_state) {
   TORCH_CHECK_TYPE(new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
                    "RNG state must be a torch.ByteTensor");
-  TORCH_CHECK(new_state.numel() == 16, "tpu RNG state must have 16 bytes, got ",
-              new_state.numel());
+  TORCH_CHECK(new_state.numel() == 16, "tpu RNG state must have 16 bytes, got ", new_state.numel());
   const auto* bytes = static_cast<const uint8_t*>(new_state.data());
   std::memcpy(&state_.seed, bytes, 8);
   std::memcpy(&state_.offset, bytes + 8, 8);

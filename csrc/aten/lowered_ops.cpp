@@ -141,7 +141,7 @@ struct CallBuilder {
     c10::Scalar value = t.item();
     in.on_device = false;
     in.dtype = in.category == lower::Category::WrappedNumber ? wrapped_dtype(value)
-                                                              : element_type(t.scalar_type());
+                                                             : element_type(t.scalar_type());
     in.scalar = host_scalar(value, wide);
     return in;
   }
@@ -186,7 +186,8 @@ struct CallBuilder {
         }
         if (inner->kind() == c10::TypeKind::NumberType) {
           a.is_operand = a.is_list = true;
-          for (const c10::IValue& item : v.toListRef()) a.inputs.push_back(scalar_input(item.toScalar()));
+          for (const c10::IValue& item : v.toListRef())
+            a.inputs.push_back(scalar_input(item.toScalar()));
           return a;
         }
         break;
@@ -257,9 +258,9 @@ struct MetaConverter {
       if (key == impl) storage = &s;
     }
     if (!storage) {
-      storages.emplace_back(impl, c10::Storage(c10::Storage::use_byte_size_t(),
-                                               t.storage().nbytes(),
-                                               c10::GetAllocator(c10::kMeta), true));
+      storages.emplace_back(impl,
+                            c10::Storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
+                                         c10::GetAllocator(c10::kMeta), true));
       storage = &storages.back().second;
     }
     auto meta = at::detail::make_tensor<c10::TensorImpl>(
@@ -308,9 +309,7 @@ void for_each_tensor(const c10::IValue& v, const std::function<void(const at::Te
 std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionSchema& schema,
                                     c10::ArrayRef<c10::IValue> args) {
   std::string key;
-  auto put = [&key](const auto& v) {
-    key.append(reinterpret_cast<const char*>(&v), sizeof(v));
-  };
+  auto put = [&key](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   auto put_ints = [&](c10::IntArrayRef v) {
     put(v.size());
     key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
@@ -352,8 +351,10 @@ std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionS
       put('O');
       for (const auto& item : v.toOptionalTensorList()) {
         std::optional<at::Tensor> t = item;
-        if (t) put_tensor(*t);
-        else put('n');
+        if (t)
+          put_tensor(*t);
+        else
+          put('n');
       }
     } else if (v.isNone()) {
       put('N');
@@ -364,9 +365,12 @@ std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionS
       put(sc.type());
       // Factories (arange) derive their result's size from scalar values.
       if (!binding.has_tensor_inputs) {
-        if (sc.isIntegral(false)) put(sc.toLong());
-        else if (sc.isFloatingPoint()) put(sc.toDouble());
-        else return std::nullopt;
+        if (sc.isIntegral(false))
+          put(sc.toLong());
+        else if (sc.isFloatingPoint())
+          put(sc.toDouble());
+        else
+          return std::nullopt;
       }
     } else if (v.isBool()) {
       put('b');
@@ -492,9 +496,9 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         if (device < 0) device = t.device().index();
         TORCH_CHECK(t.device().index() == device,
                     "Expected all tensors to be on the same device, but found at least two "
-                    "devices, tpu:", static_cast<int>(device), " and ", t.device(),
-                    "! (when checking argument ", schema.arguments()[i].name(), " in method ",
-                    binding.name, ")");
+                    "devices, tpu:",
+                    static_cast<int>(device), " and ", t.device(), "! (when checking argument ",
+                    schema.arguments()[i].name(), " in method ", binding.name, ")");
         at::ScalarType st = t.scalar_type();
         wide |= st == at::kDouble || st == at::kComplexDouble;
       } else {

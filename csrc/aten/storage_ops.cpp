@@ -18,16 +18,15 @@ c10::DeviceIndex device_index(std::optional<c10::Device> device) {
 }
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
-                               std::optional<at::Layout> layout,
-                               std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                               std::optional<at::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory,
                                std::optional<at::MemoryFormat> memory_format) {
   TORCH_CHECK(!pin_memory || !*pin_memory, "only dense CPU tensors can be pinned");
   at::ScalarType st = c10::dtype_or_default(dtype);
   element_type(st);  // raises TypeError for unsupported dtypes
   c10::DeviceGuard guard(c10::Device(kTpu, device_index(device)));
-  return at::detail::empty_generic(size, tpu_allocator(),
-                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), st,
-                                   memory_format);
+  return at::detail::empty_generic(
+      size, tpu_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), st, memory_format);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -49,7 +48,8 @@ void ensure_storage(const at::Tensor& self, size_t nbytes) {
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
   auto sizes = C10_AS_INTARRAYREF_SLOW(size);
-  for (int64_t s : sizes) TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s);
+  for (int64_t s : sizes)
+    TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s);
   auto* impl = self.unsafeGetTensorImpl();
   if (self.sizes() == sizes && !memory_format) return self;
   impl->set_sizes_contiguous(sizes);
@@ -57,14 +57,13 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
     impl->empty_tensor_restride(*memory_format);
   }
   size_t nbytes = at::detail::computeStorageNbytes(self.sizes(), self.strides(),
-                                                   self.dtype().itemsize(),
-                                                   self.storage_offset());
+                                                   self.dtype().itemsize(), self.storage_offset());
   ensure_storage(self, nbytes);
   return self;
 }
 
-at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset,
-                        c10::IntArrayRef size, c10::IntArrayRef stride) {
+at::Tensor& set_storage(at::Tensor& self, at::Storage source, int64_t offset, c10::IntArrayRef size,
+                        c10::IntArrayRef stride) {
   TORCH_CHECK(source.device().type() == kTpu, "set_: expected a tpu storage, got ",
               source.device());
   auto* impl = self.unsafeGetTensorImpl();
@@ -103,8 +102,8 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage(self, fresh.storage(), 0, {0}, {});
 }
 
-at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
-                      c10::SymIntArrayRef stride, std::optional<c10::SymInt> offset) {
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
+                      std::optional<c10::SymInt> offset) {
   std::optional<int64_t> concrete;
   if (offset) concrete = offset->expect_int();
   return at::native::as_strided_tensorimpl(self, C10_AS_INTARRAYREF_SLOW(size),

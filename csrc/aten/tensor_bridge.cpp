@@ -13,21 +13,36 @@ void set_current_device(c10::DeviceIndex device) { g_current_device = device; }
 
 ElementType element_type(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kBool: return ElementType::Pred;
-    case at::kByte: return ElementType::U8;
-    case at::kChar: return ElementType::S8;
-    case at::kShort: return ElementType::S16;
-    case at::kInt: return ElementType::S32;
-    case at::kLong: return ElementType::S64;
-    case at::kUInt16: return ElementType::U16;
-    case at::kUInt32: return ElementType::U32;
-    case at::kUInt64: return ElementType::U64;
-    case at::kHalf: return ElementType::F16;
-    case at::kBFloat16: return ElementType::BF16;
-    case at::kFloat: return ElementType::F32;
-    case at::kDouble: return ElementType::F64;
-    case at::kComplexFloat: return ElementType::C64;
-    case at::kComplexDouble: return ElementType::C128;
+    case at::kBool:
+      return ElementType::Pred;
+    case at::kByte:
+      return ElementType::U8;
+    case at::kChar:
+      return ElementType::S8;
+    case at::kShort:
+      return ElementType::S16;
+    case at::kInt:
+      return ElementType::S32;
+    case at::kLong:
+      return ElementType::S64;
+    case at::kUInt16:
+      return ElementType::U16;
+    case at::kUInt32:
+      return ElementType::U32;
+    case at::kUInt64:
+      return ElementType::U64;
+    case at::kHalf:
+      return ElementType::F16;
+    case at::kBFloat16:
+      return ElementType::BF16;
+    case at::kFloat:
+      return ElementType::F32;
+    case at::kDouble:
+      return ElementType::F64;
+    case at::kComplexFloat:
+      return ElementType::C64;
+    case at::kComplexDouble:
+      return ElementType::C128;
     default:
       TORCH_CHECK_TYPE(false, "tpu does not support dtype ", dtype);
   }
@@ -35,22 +50,38 @@ ElementType element_type(at::ScalarType dtype) {
 
 at::ScalarType scalar_type(ElementType type) {
   switch (type) {
-    case ElementType::Pred: return at::kBool;
-    case ElementType::U8: return at::kByte;
-    case ElementType::S8: return at::kChar;
-    case ElementType::S16: return at::kShort;
-    case ElementType::S32: return at::kInt;
-    case ElementType::S64: return at::kLong;
-    case ElementType::U16: return at::kUInt16;
-    case ElementType::U32: return at::kUInt32;
-    case ElementType::U64: return at::kUInt64;
-    case ElementType::F16: return at::kHalf;
-    case ElementType::BF16: return at::kBFloat16;
-    case ElementType::F32: return at::kFloat;
-    case ElementType::F64: return at::kDouble;
-    case ElementType::C64: return at::kComplexFloat;
-    case ElementType::C128: return at::kComplexDouble;
-    default: TORCH_CHECK(false, "no PyTorch dtype for element type ", short_name(type));
+    case ElementType::Pred:
+      return at::kBool;
+    case ElementType::U8:
+      return at::kByte;
+    case ElementType::S8:
+      return at::kChar;
+    case ElementType::S16:
+      return at::kShort;
+    case ElementType::S32:
+      return at::kInt;
+    case ElementType::S64:
+      return at::kLong;
+    case ElementType::U16:
+      return at::kUInt16;
+    case ElementType::U32:
+      return at::kUInt32;
+    case ElementType::U64:
+      return at::kUInt64;
+    case ElementType::F16:
+      return at::kHalf;
+    case ElementType::BF16:
+      return at::kBFloat16;
+    case ElementType::F32:
+      return at::kFloat;
+    case ElementType::F64:
+      return at::kDouble;
+    case ElementType::C64:
+      return at::kComplexFloat;
+    case ElementType::C128:
+      return at::kComplexDouble;
+    default:
+      TORCH_CHECK(false, "no PyTorch dtype for element type ", short_name(type));
   }
 }
 
@@ -76,9 +107,8 @@ engine::TensorView view_of(const at::Tensor& t) {
 at::Tensor empty_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype,
                      c10::DeviceIndex device) {
   c10::DeviceGuard guard(c10::Device(kTpu, device));
-  return at::detail::empty_strided_generic(sizes, strides, tpu_allocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                           dtype);
+  return at::detail::empty_strided_generic(
+      sizes, strides, tpu_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
 }
 
 at::Tensor empty_tpu(c10::IntArrayRef sizes, at::ScalarType dtype, c10::DeviceIndex device) {

@@ -110,9 +110,8 @@ Backend::Backend() {
 
 void Backend::check_device(int device) const {
   if (device < 0 || device >= device_count()) {
-    throw runtime::Error("tpu:" + std::to_string(device) + " does not exist: the " +
-                             platform() + " platform has " +
-                             std::to_string(device_count()) + " device(s)" +
+    throw runtime::Error("tpu:" + std::to_string(device) + " does not exist: the " + platform() +
+                             " platform has " + std::to_string(device_count()) + " device(s)" +
                              (platform() == "cpu" ? " (set TORCH_TPU_NUM_DEVICES for more)" : ""),
                          3);
   }
@@ -121,9 +120,9 @@ void Backend::check_device(int device) const {
 std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, bool fast) {
   auto start = std::chrono::steady_clock::now();
   auto executable = client_->compile(mlir, fast ? fast_options_ : full_options_);
-  auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   std::chrono::steady_clock::now() - start)
-                   .count();
+  auto nanos =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
   metrics().compiles++;
   metrics().compile_nanos += nanos;
   return executable;
@@ -136,15 +135,14 @@ void Backend::drain(std::deque<Pending>& queue, size_t keep) {
     std::string status = p.done.await_status();
     if (!status.empty()) {
       queue.clear();
-      throw runtime::Error("asynchronous execution of " + p.op + " failed on tpu: " + status,
-                           13);
+      throw runtime::Error("asynchronous execution of " + p.op + " failed on tpu: " + status, 13);
     }
   }
 }
 
 runtime::Launch Backend::launch(const runtime::Executable& executable, int device,
-                               const std::vector<runtime::Buffer*>& inputs,
-                               const std::vector<int64_t>& non_donatable) {
+                                const std::vector<runtime::Buffer*>& inputs,
+                                const std::vector<int64_t>& non_donatable) {
   runtime::Launch launch = executable.execute(device, inputs, non_donatable);
   metrics().executions++;
   return launch;

@@ -52,8 +52,8 @@ class Backend {
   // A device buffer holding one scalar (cached: scalars recur).
   runtime::BufferPtr scalar_buffer(int device, ElementType type, const void* value);
 
-  runtime::BufferPtr upload(const void* data, ElementType type,
-                            const std::vector<int64_t>& dims, int device);
+  runtime::BufferPtr upload(const void* data, ElementType type, const std::vector<int64_t>& dims,
+                            int device);
   // Blocks until `buffer` is on the host in `dst`; raises pending failures.
   void download(const runtime::Buffer& buffer, void* dst, const std::string& op);
   runtime::BufferPtr copy_to_device(const runtime::Buffer& buffer, int device);

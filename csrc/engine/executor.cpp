@@ -249,7 +249,8 @@ Plan build(const OpCall& call, const Signature& sig) {
   lower::Context ctx(b, call.name, static_cast<hlo::Precision>(g_precision.load()),
                      backend.platform(), expected);
   if (call.rule->random) {
-    ctx.set_rng_state(add_param({ElementType::U64, {2}}, {Param::Source::Random, 0, ElementType::U64}));
+    ctx.set_rng_state(
+        add_param({ElementType::U64, {2}}, {Param::Source::Random, 0, ElementType::U64}));
   }
   std::vector<Value> results;
   try {
@@ -371,7 +372,8 @@ void execute(const OpCall& call) {
   Signature sig = signature(call);
   for (const SlotUse& use : sig.slots) {
     if (use.slot->device != call.device) {
-      throw std::invalid_argument(call.name + ": tensors on tpu:" + std::to_string(use.slot->device) +
+      throw std::invalid_argument(call.name +
+                                  ": tensors on tpu:" + std::to_string(use.slot->device) +
                                   " and tpu:" + std::to_string(call.device) + " in one op");
     }
   }
@@ -412,8 +414,8 @@ void execute(const OpCall& call) {
         break;
       }
       case Param::Source::Scalar:
-        buffer = backend.scalar_buffer(call.device, param.type,
-                                       sig.inputs[param.index]->scalar.bytes);
+        buffer =
+            backend.scalar_buffer(call.device, param.type, sig.inputs[param.index]->scalar.bytes);
         break;
       case Param::Source::Random: {
         uint64_t state[2] = {call.random->seed, call.random->offset};

@@ -13,9 +13,9 @@ std::map<std::string, int64_t> Metrics::fallbacks() const {
 }
 
 void Metrics::reset() {
-  for (auto* counter : {&compiles, &compile_nanos, &cache_hits, &cache_misses, &executions,
-                        &host_to_device_bytes, &host_to_device_transfers,
-                        &device_to_host_bytes, &device_to_host_transfers}) {
+  for (auto* counter :
+       {&compiles, &compile_nanos, &cache_hits, &cache_misses, &executions, &host_to_device_bytes,
+        &host_to_device_transfers, &device_to_host_bytes, &device_to_host_transfers}) {
     counter->store(0);
   }
   std::lock_guard<std::mutex> lock(mutex_);

@@ -39,9 +39,8 @@ void resize_storage(StorageSlot& slot, size_t nbytes) {
   auto exe = cached(key, [&] {
     hlo::Builder b;
     auto x = b.parameter({type, {old_n}});
-    hlo::Value y = new_n <= old_n
-                       ? b.slice(x, {0}, {new_n}, {1})
-                       : b.pad(x, b.constant(0, type), {0}, {new_n - old_n}, {0});
+    hlo::Value y = new_n <= old_n ? b.slice(x, {0}, {new_n}, {1})
+                                  : b.pad(x, b.constant(0, type), {0}, {new_n - old_n}, {0});
     return b.module_text({y});
   });
   runtime::Launch launch = backend.launch(*exe, slot.device, {slot.buffer.get()}, {});

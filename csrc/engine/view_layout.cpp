@@ -21,9 +21,8 @@ ViewLayout classify(const TensorView& view) {
       layout.order.push_back(i);
     }
   }
-  std::stable_sort(layout.order.begin(), layout.order.end(), [&](int64_t a, int64_t c) {
-    return view.strides[a] > view.strides[c];
-  });
+  std::stable_sort(layout.order.begin(), layout.order.end(),
+                   [&](int64_t a, int64_t c) { return view.strides[a] > view.strides[c]; });
   int64_t expected = 1;
   for (auto it = layout.order.rbegin(); it != layout.order.rend(); ++it) {
     if (view.strides[*it] != expected) {
@@ -56,9 +55,9 @@ namespace {
 // Sizes of the dense dims in index order, and the permutation from stride
 // order to index order.
 struct DenseShape {
-  Dims by_stride;     // sizes in decreasing-stride order
-  Dims by_index;      // the same dims in increasing index order
-  Dims to_index;      // transpose permutation: by_stride -> by_index
+  Dims by_stride;  // sizes in decreasing-stride order
+  Dims by_index;   // the same dims in increasing index order
+  Dims to_index;   // transpose permutation: by_stride -> by_index
 };
 
 DenseShape dense_shape(const TensorView& view, const ViewLayout& layout) {
@@ -81,8 +80,7 @@ Dims inverse(const Dims& perm) {
 }
 
 // Flat storage index of every element of the view, shape sizes + [1].
-Value gather_indices(Builder& b, const TensorView& view, ElementType itype,
-                     const Value& offset) {
+Value gather_indices(Builder& b, const TensorView& view, ElementType itype, const Value& offset) {
   hlo::Shape shape{itype, view.sizes};
   Value idx = b.broadcast_in_dim(offset, view.sizes, {});
   for (size_t d = 0; d < view.sizes.size(); ++d) {
@@ -98,8 +96,8 @@ Value gather_indices(Builder& b, const TensorView& view, ElementType itype,
 
 }  // namespace
 
-Value read_view(Builder& b, const Value& storage, const TensorView& view,
-                const ViewLayout& layout, const std::optional<Value>& offset) {
+Value read_view(Builder& b, const Value& storage, const TensorView& view, const ViewLayout& layout,
+                const std::optional<Value>& offset) {
   hlo::Shape shape{storage.type(), view.sizes};
   switch (layout.kind) {
     case ViewLayout::Kind::Empty:
@@ -127,9 +125,8 @@ Value read_view(Builder& b, const Value& storage, const TensorView& view,
   throw std::logic_error("unreachable");
 }
 
-Value write_view(Builder& b, const Value& storage, const TensorView& view,
-                 const ViewLayout& layout, const std::optional<Value>& offset,
-                 const Value& value) {
+Value write_view(Builder& b, const Value& storage, const TensorView& view, const ViewLayout& layout,
+                 const std::optional<Value>& offset, const Value& value) {
   if (value.type() != storage.type()) throw std::logic_error("write_view: type mismatch");
   switch (layout.kind) {
     case ViewLayout::Kind::Empty:
@@ -137,10 +134,9 @@ Value write_view(Builder& b, const Value& storage, const TensorView& view,
     case ViewLayout::Kind::Gather: {
       int64_t rank = static_cast<int64_t>(view.sizes.size());
       Value idx = gather_indices(b, view, offset->type(), *offset);
-      return b.scatter(storage, idx, value, hlo::ScatterDims{{}, {0}, {0}, rank},
-                       [](Builder&, const std::vector<Value>& a) -> std::vector<Value> {
-                         return {a[1]};
-                       });
+      return b.scatter(
+          storage, idx, value, hlo::ScatterDims{{}, {0}, {0}, rank},
+          [](Builder&, const std::vector<Value>& a) -> std::vector<Value> { return {a[1]}; });
     }
     case ViewLayout::Kind::Dense: {
       if (layout.broadcasts) {

@@ -36,11 +36,10 @@ ViewLayout classify(const TensorView& view);
 ElementType index_type(int64_t storage_numel);
 
 // `storage` is the flat storage value, already reinterpreted as view.dtype.
-Value read_view(Builder& b, const Value& storage, const TensorView& view,
-                const ViewLayout& layout, const std::optional<Value>& offset);
-Value write_view(Builder& b, const Value& storage, const TensorView& view,
-                 const ViewLayout& layout, const std::optional<Value>& offset,
-                 const Value& value);
+Value read_view(Builder& b, const Value& storage, const TensorView& view, const ViewLayout& layout,
+                const std::optional<Value>& offset);
+Value write_view(Builder& b, const Value& storage, const TensorView& view, const ViewLayout& layout,
+                 const std::optional<Value>& offset, const Value& value);
 
 // Reinterprets the bits of `x` as `type` (same width; pred <-> 8-bit ints).
 Value reinterpret(Builder& b, const Value& x, ElementType type);

@@ -52,17 +52,15 @@ std::string shapes_text(const std::vector<Shape>& shapes) {
 
 void check_same_shape(const Value& a, const Value& b, const char* op) {
   if (a.shape != b.shape) {
-    fail(std::string(op) + " operands differ: " + to_string(a.shape) + " vs " +
-         to_string(b.shape));
+    fail(std::string(op) + " operands differ: " + to_string(a.shape) + " vs " + to_string(b.shape));
   }
 }
 
 Shape scalar_of(ElementType t) { return Shape{t, {}}; }
 
 // Output extent of a window sliding over a (dilated, padded) dimension.
-int64_t window_output(int64_t in, int64_t window, int64_t stride,
-                      int64_t base_dilation, int64_t window_dilation,
-                      int64_t lo, int64_t hi) {
+int64_t window_output(int64_t in, int64_t window, int64_t stride, int64_t base_dilation,
+                      int64_t window_dilation, int64_t lo, int64_t hi) {
   int64_t dilated = in == 0 ? 0 : (in - 1) * base_dilation + 1;
   int64_t padded = dilated + lo + hi;
   int64_t effective = (window - 1) * window_dilation + 1;
@@ -151,9 +149,7 @@ Value Builder::parameter(const Shape& shape) {
   return v;
 }
 
-void Builder::alias_output(int param, int result) {
-  aliases_.emplace_back(param, result);
-}
+void Builder::alias_output(int param, int result) { aliases_.emplace_back(param, result); }
 
 std::string Builder::module_text(const std::vector<Value>& results) const {
   std::ostringstream s;
@@ -175,10 +171,8 @@ std::string Builder::module_text(const std::vector<Value>& results) const {
 
 // ------------------------------------------------------------------ emission
 
-std::vector<Value> Builder::emit(const std::string& op,
-                                 const std::vector<Value>& operands,
-                                 const std::string& attributes,
-                                 const std::vector<Shape>& results,
+std::vector<Value> Builder::emit(const std::string& op, const std::vector<Value>& operands,
+                                 const std::string& attributes, const std::vector<Shape>& results,
                                  const std::vector<std::string>& regions) {
   int id = next_id_++;
   std::string line(indent_, ' ');
@@ -213,8 +207,7 @@ Value Builder::emit1(const std::string& op, const std::vector<Value>& operands,
   return emit(op, operands, attributes, {result}, regions)[0];
 }
 
-std::string Builder::region(const std::vector<Shape>& args,
-                            const RegionFn& body) {
+std::string Builder::region(const std::vector<Shape>& args, const RegionFn& body) {
   std::string text;
   std::string* saved_out = out_;
   int saved_indent = indent_;
@@ -239,8 +232,8 @@ std::string Builder::region(const std::vector<Shape>& args,
     indent_ = saved_indent;
     throw;
   }
-  text += std::string(indent_, ' ') + "\"stablehlo.return\"(" + names_of(yielded) +
-          ") : (" + types_of(yielded) + ") -> ()\n";
+  text += std::string(indent_, ' ') + "\"stablehlo.return\"(" + names_of(yielded) + ") : (" +
+          types_of(yielded) + ") -> ()\n";
   out_ = saved_out;
   indent_ = saved_indent;
   return "{\n" + header + text + std::string(saved_indent, ' ') + "}";
@@ -260,25 +253,21 @@ Value Builder::constant(double value, ElementType type) {
   if (is_integral(type)) return constant_int(static_cast<int64_t>(value), type);
   Shape shape = scalar_of(type);
   return emit1("stablehlo.constant", {},
-               "value = dense<" + hex_float(value, type) + "> : " + shape.mlir(),
-               shape);
+               "value = dense<" + hex_float(value, type) + "> : " + shape.mlir(), shape);
 }
 
 Value Builder::constant_int(int64_t value, ElementType type) {
   if (!is_integral(type)) return constant(static_cast<double>(value), type);
   Shape shape = scalar_of(type);
-  std::string text = is_unsigned(type)
-                         ? std::to_string(static_cast<uint64_t>(value))
-                         : std::to_string(value);
-  return emit1("stablehlo.constant", {},
-               "value = dense<" + text + "> : " + shape.mlir(), shape);
+  std::string text =
+      is_unsigned(type) ? std::to_string(static_cast<uint64_t>(value)) : std::to_string(value);
+  return emit1("stablehlo.constant", {}, "value = dense<" + text + "> : " + shape.mlir(), shape);
 }
 
 Value Builder::constant_bool(bool value) {
   Shape shape = scalar_of(ElementType::Pred);
   return emit1("stablehlo.constant", {},
-               std::string("value = dense<") + (value ? "true" : "false") +
-                   "> : " + shape.mlir(),
+               std::string("value = dense<") + (value ? "true" : "false") + "> : " + shape.mlir(),
                shape);
 }
 
@@ -290,14 +279,13 @@ Value Builder::full(const Shape& shape, double value) {
 
 Value Builder::iota(const Shape& shape, int64_t dimension) {
   if (dimension < 0 || dimension >= shape.rank()) fail("iota dimension out of range");
-  return emit1("stablehlo.iota", {},
-               "iota_dimension = " + std::to_string(dimension) + " : i64", shape);
+  return emit1("stablehlo.iota", {}, "iota_dimension = " + std::to_string(dimension) + " : i64",
+               shape);
 }
 
 // ------------------------------------------------------------------ elementwise
 
-Value Builder::unary(const char* op, const Value& x,
-                     std::optional<ElementType> result_type) {
+Value Builder::unary(const char* op, const Value& x, std::optional<ElementType> result_type) {
   Shape shape = x.shape;
   if (result_type) shape.type = *result_type;
   return emit1(std::string("stablehlo.") + op, {x}, "", shape);
@@ -308,26 +296,21 @@ Value Builder::binary(const char* op, const Value& a, const Value& b) {
   return emit1(std::string("stablehlo.") + op, {a, b}, "", a.shape);
 }
 
-Value Builder::abs(const Value& x) {
-  return unary("abs", x, complex_component(x.type()));
-}
+Value Builder::abs(const Value& x) { return unary("abs", x, complex_component(x.type())); }
 
 Value Builder::compare(const Value& a, const Value& b, Comparison direction) {
   check_same_shape(a, b, "compare");
   static const char* names[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};
   std::string attrs = std::string("comparison_direction = #stablehlo<comparison_direction ") +
                       names[static_cast<int>(direction)] + ">";
-  const char* compare_type = is_floating(a.type()) || is_complex(a.type()) ? "FLOAT"
-                             : is_unsigned(a.type()) || a.type() == ElementType::Pred
-                                 ? "UNSIGNED"
-                                 : "SIGNED";
+  const char* compare_type = is_floating(a.type()) || is_complex(a.type())            ? "FLOAT"
+                             : is_unsigned(a.type()) || a.type() == ElementType::Pred ? "UNSIGNED"
+                                                                                      : "SIGNED";
   attrs += std::string(", compare_type = #stablehlo<comparison_type ") + compare_type + ">";
-  return emit1("stablehlo.compare", {a, b}, attrs,
-               Shape{ElementType::Pred, a.dims()});
+  return emit1("stablehlo.compare", {a, b}, attrs, Shape{ElementType::Pred, a.dims()});
 }
 
-Value Builder::select(const Value& pred, const Value& on_true,
-                      const Value& on_false) {
+Value Builder::select(const Value& pred, const Value& on_true, const Value& on_false) {
   check_same_shape(on_true, on_false, "select");
   if (pred.type() != ElementType::Pred) fail("select predicate must be pred");
   if (pred.rank() != 0 && pred.dims() != on_true.dims()) fail("select predicate shape");
@@ -353,17 +336,12 @@ Value Builder::bitcast_convert(const Value& x, ElementType type) {
 
 Value Builder::complex(const Value& real, const Value& imag) {
   check_same_shape(real, imag, "complex");
-  return emit1("stablehlo.complex", {real, imag}, "",
-               Shape{to_complex(real.type()), real.dims()});
+  return emit1("stablehlo.complex", {real, imag}, "", Shape{to_complex(real.type()), real.dims()});
 }
 
-Value Builder::real(const Value& x) {
-  return unary("real", x, complex_component(x.type()));
-}
+Value Builder::real(const Value& x) { return unary("real", x, complex_component(x.type())); }
 
-Value Builder::imag(const Value& x) {
-  return unary("imag", x, complex_component(x.type()));
-}
+Value Builder::imag(const Value& x) { return unary("imag", x, complex_component(x.type())); }
 
 // ------------------------------------------------------------------ shapes
 
@@ -385,8 +363,8 @@ Value Builder::broadcast_in_dim(const Value& x, const Dims& dims,
     int64_t d = broadcast_dimensions[i];
     if (d < 0 || d >= static_cast<int64_t>(dims.size()) ||
         (x.dims()[i] != 1 && x.dims()[i] != dims[d])) {
-      fail("broadcast_in_dim of " + to_string(x.shape) + " to [" + join(dims, ",") +
-           "] along " + i64_list(broadcast_dimensions));
+      fail("broadcast_in_dim of " + to_string(x.shape) + " to [" + join(dims, ",") + "] along " +
+           i64_list(broadcast_dimensions));
     }
   }
   if (dims == x.dims()) {
@@ -397,8 +375,7 @@ Value Builder::broadcast_in_dim(const Value& x, const Dims& dims,
     if (identity) return x;
   }
   return emit1("stablehlo.broadcast_in_dim", {x},
-               "broadcast_dimensions = " + i64_array(broadcast_dimensions),
-               Shape{x.type(), dims});
+               "broadcast_dimensions = " + i64_array(broadcast_dimensions), Shape{x.type(), dims});
 }
 
 Value Builder::transpose(const Value& x, const Dims& permutation) {
@@ -414,8 +391,7 @@ Value Builder::transpose(const Value& x, const Dims& permutation) {
                Shape{x.type(), dims});
 }
 
-Value Builder::slice(const Value& x, const Dims& start, const Dims& limit,
-                     const Dims& strides) {
+Value Builder::slice(const Value& x, const Dims& start, const Dims& limit, const Dims& strides) {
   if (static_cast<int64_t>(start.size()) != x.rank() || limit.size() != start.size() ||
       strides.size() != start.size()) {
     fail("slice indices do not match the operand rank");
@@ -429,14 +405,12 @@ Value Builder::slice(const Value& x, const Dims& start, const Dims& limit,
   }
   if (dims == x.dims()) return x;
   return emit1("stablehlo.slice", {x},
-               "start_indices = " + i64_array(start) +
-                   ", limit_indices = " + i64_array(limit) +
+               "start_indices = " + i64_array(start) + ", limit_indices = " + i64_array(limit) +
                    ", strides = " + i64_array(strides),
                Shape{x.type(), dims});
 }
 
-Value Builder::dynamic_slice(const Value& x, const std::vector<Value>& starts,
-                             const Dims& sizes) {
+Value Builder::dynamic_slice(const Value& x, const std::vector<Value>& starts, const Dims& sizes) {
   if (static_cast<int64_t>(starts.size()) != x.rank() || sizes.size() != starts.size()) {
     fail("dynamic_slice indices do not match the operand rank");
   }
@@ -466,12 +440,12 @@ Value Builder::concatenate(const std::vector<Value>& xs, int64_t dimension) {
     if (x.rank() != shape.rank() || x.type() != shape.type) fail("concatenate operands");
     shape.dims[dimension] += x.dim(dimension);
   }
-  return emit1("stablehlo.concatenate", xs,
-               "dimension = " + std::to_string(dimension) + " : i64", shape);
+  return emit1("stablehlo.concatenate", xs, "dimension = " + std::to_string(dimension) + " : i64",
+               shape);
 }
 
-Value Builder::pad(const Value& x, const Value& padding_value, const Dims& low,
-                   const Dims& high, const Dims& interior) {
+Value Builder::pad(const Value& x, const Value& padding_value, const Dims& low, const Dims& high,
+                   const Dims& interior) {
   Dims dims(x.rank());
   for (int64_t i = 0; i < x.rank(); ++i) {
     int64_t n = x.dim(i);
@@ -479,23 +453,21 @@ Value Builder::pad(const Value& x, const Value& padding_value, const Dims& low,
     if (dims[i] < 0) fail("pad produces a negative dimension");
   }
   return emit1("stablehlo.pad", {x, padding_value},
-               "edge_padding_low = " + i64_array(low) +
-                   ", edge_padding_high = " + i64_array(high) +
+               "edge_padding_low = " + i64_array(low) + ", edge_padding_high = " + i64_array(high) +
                    ", interior_padding = " + i64_array(interior),
                Shape{x.type(), dims});
 }
 
 Value Builder::reverse(const Value& x, const Dims& dimensions) {
   if (dimensions.empty()) return x;
-  return emit1("stablehlo.reverse", {x}, "dimensions = " + i64_array(dimensions),
-               x.shape);
+  return emit1("stablehlo.reverse", {x}, "dimensions = " + i64_array(dimensions), x.shape);
 }
 
 // ------------------------------------------------------------------ reductions
 
 std::vector<Value> Builder::reduce(const std::vector<Value>& inputs,
-                                   const std::vector<Value>& inits,
-                                   const Dims& dimensions, const RegionFn& body) {
+                                   const std::vector<Value>& inits, const Dims& dimensions,
+                                   const RegionFn& body) {
   if (inputs.size() != inits.size() || inputs.empty()) fail("reduce operands");
   std::vector<bool> reduced(inputs[0].rank(), false);
   for (int64_t d : dimensions) {
@@ -513,13 +485,12 @@ std::vector<Value> Builder::reduce(const std::vector<Value>& inputs,
   std::vector<Value> operands = inputs;
   operands.insert(operands.end(), inits.begin(), inits.end());
   std::string body_text = region(args, body);
-  return emit("stablehlo.reduce", operands, "dimensions = " + i64_array(dimensions),
-              results, {body_text});
+  return emit("stablehlo.reduce", operands, "dimensions = " + i64_array(dimensions), results,
+              {body_text});
 }
 
 std::vector<Value> Builder::reduce_window(const std::vector<Value>& inputs,
-                                          const std::vector<Value>& inits,
-                                          const Window& window,
+                                          const std::vector<Value>& inits, const Window& window,
                                           const RegionFn& body) {
   if (inputs.size() != inits.size() || inputs.empty()) fail("reduce_window operands");
   size_t rank = inputs[0].rank();
@@ -530,8 +501,8 @@ std::vector<Value> Builder::reduce_window(const std::vector<Value>& inputs,
   if (padding.empty()) padding.assign(rank, {0, 0});
   Dims out_dims(rank);
   for (size_t i = 0; i < rank; ++i) {
-    out_dims[i] = window_output(inputs[0].dim(i), window.dimensions[i], strides[i],
-                                base[i], wdil[i], padding[i].first, padding[i].second);
+    out_dims[i] = window_output(inputs[0].dim(i), window.dimensions[i], strides[i], base[i],
+                                wdil[i], padding[i].first, padding[i].second);
   }
   std::vector<Shape> args, results;
   for (const Value& init : inits) args.push_back(init.shape);
@@ -539,18 +510,17 @@ std::vector<Value> Builder::reduce_window(const std::vector<Value>& inputs,
   for (const Value& init : inits) results.push_back(Shape{init.type(), out_dims});
   std::vector<Value> operands = inputs;
   operands.insert(operands.end(), inits.begin(), inits.end());
-  std::string attrs = "window_dimensions = " + i64_array(window.dimensions) +
-                      ", window_strides = " + i64_array(strides) +
-                      ", base_dilations = " + i64_array(base) +
-                      ", window_dilations = " + i64_array(wdil) +
-                      ", padding = " + padding_attr(padding);
+  std::string attrs =
+      "window_dimensions = " + i64_array(window.dimensions) +
+      ", window_strides = " + i64_array(strides) + ", base_dilations = " + i64_array(base) +
+      ", window_dilations = " + i64_array(wdil) + ", padding = " + padding_attr(padding);
   std::string body_text = region(args, body);
   return emit("stablehlo.reduce_window", operands, attrs, results, {body_text});
 }
 
-Value Builder::select_and_scatter(const Value& operand, const Value& source,
-                                  const Value& init, const Window& window,
-                                  const RegionFn& select, const RegionFn& scatter) {
+Value Builder::select_and_scatter(const Value& operand, const Value& source, const Value& init,
+                                  const Window& window, const RegionFn& select,
+                                  const RegionFn& scatter) {
   size_t rank = operand.rank();
   Dims strides = window.strides.empty() ? ones(rank) : window.strides;
   auto padding = window.padding;
@@ -561,16 +531,15 @@ Value Builder::select_and_scatter(const Value& operand, const Value& source,
   std::string attrs = "window_dimensions = " + i64_array(window.dimensions) +
                       ", window_strides = " + i64_array(strides) +
                       ", padding = " + padding_attr(padding);
-  return emit1("stablehlo.select_and_scatter", {operand, source, init}, attrs,
-               operand.shape, {select_text, scatter_text});
+  return emit1("stablehlo.select_and_scatter", {operand, source, init}, attrs, operand.shape,
+               {select_text, scatter_text});
 }
 
 // ------------------------------------------------------------------ linalg
 
 Value Builder::dot_general(const Value& lhs, const Value& rhs, const DotDims& d,
                            Precision precision, ElementType result_type) {
-  if (d.lhs_batch.size() != d.rhs_batch.size() ||
-      d.lhs_contract.size() != d.rhs_contract.size()) {
+  if (d.lhs_batch.size() != d.rhs_batch.size() || d.lhs_contract.size() != d.rhs_contract.size()) {
     fail("dot_general dimension numbers");
   }
   Dims out;
@@ -580,8 +549,7 @@ Value Builder::dot_general(const Value& lhs, const Value& rhs, const DotDims& d,
   }
   for (size_t i = 0; i < d.lhs_contract.size(); ++i) {
     if (lhs.dim(d.lhs_contract[i]) != rhs.dim(d.rhs_contract[i])) {
-      fail("dot_general contracting sizes " + to_string(lhs.shape) + " x " +
-           to_string(rhs.shape));
+      fail("dot_general contracting sizes " + to_string(lhs.shape) + " x " + to_string(rhs.shape));
     }
   }
   auto free_dims = [&](const Value& v, const Dims& batch, const Dims& contract) {
@@ -594,18 +562,17 @@ Value Builder::dot_general(const Value& lhs, const Value& rhs, const DotDims& d,
   };
   free_dims(lhs, d.lhs_batch, d.lhs_contract);
   free_dims(rhs, d.rhs_batch, d.rhs_contract);
-  std::string attrs = "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " +
-                      i64_list(d.lhs_batch) +
-                      ", rhs_batching_dimensions = " + i64_list(d.rhs_batch) +
-                      ", lhs_contracting_dimensions = " + i64_list(d.lhs_contract) +
-                      ", rhs_contracting_dimensions = " + i64_list(d.rhs_contract) +
-                      ">, " + precision_attr(precision, 2);
+  std::string attrs =
+      "dot_dimension_numbers = #stablehlo.dot<lhs_batching_dimensions = " + i64_list(d.lhs_batch) +
+      ", rhs_batching_dimensions = " + i64_list(d.rhs_batch) +
+      ", lhs_contracting_dimensions = " + i64_list(d.lhs_contract) +
+      ", rhs_contracting_dimensions = " + i64_list(d.rhs_contract) + ">, " +
+      precision_attr(precision, 2);
   return emit1("stablehlo.dot_general", {lhs, rhs}, attrs, Shape{result_type, out});
 }
 
 Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvDims& d,
-                           const ConvConfig& c, Precision precision,
-                           ElementType result_type) {
+                           const ConvConfig& c, Precision precision, ElementType result_type) {
   size_t spatial = d.input_spatial.size();
   Dims strides = c.window_strides.empty() ? ones(spatial) : c.window_strides;
   Dims lhs_dil = c.lhs_dilation.empty() ? ones(spatial) : c.lhs_dilation;
@@ -617,9 +584,8 @@ Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvDims& d
   out[d.output_feature] = rhs.dim(d.kernel_output_feature);
   for (size_t i = 0; i < spatial; ++i) {
     out[d.output_spatial[i]] =
-        window_output(lhs.dim(d.input_spatial[i]), rhs.dim(d.kernel_spatial[i]),
-                      strides[i], lhs_dil[i], rhs_dil[i], padding[i].first,
-                      padding[i].second);
+        window_output(lhs.dim(d.input_spatial[i]), rhs.dim(d.kernel_spatial[i]), strides[i],
+                      lhs_dil[i], rhs_dil[i], padding[i].first, padding[i].second);
   }
   std::string dims =
       "#stablehlo.conv<raw input_batch_dimension = " + std::to_string(d.input_batch) +
@@ -631,21 +597,20 @@ Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvDims& d
       ", output_batch_dimension = " + std::to_string(d.output_batch) +
       ", output_feature_dimension = " + std::to_string(d.output_feature) +
       ", output_spatial_dimensions = " + i64_list(d.output_spatial) + ">";
-  std::string attrs = "batch_group_count = " + std::to_string(c.batch_group_count) +
-                      " : i64, dimension_numbers = " + dims +
-                      ", feature_group_count = " + std::to_string(c.feature_group_count) +
-                      " : i64, lhs_dilation = " + i64_array(lhs_dil) +
-                      ", padding = " + padding_attr(padding) +
-                      ", rhs_dilation = " + i64_array(rhs_dil) +
-                      ", window_strides = " + i64_array(strides) + ", " +
-                      precision_attr(precision, 2);
+  std::string attrs =
+      "batch_group_count = " + std::to_string(c.batch_group_count) +
+      " : i64, dimension_numbers = " + dims +
+      ", feature_group_count = " + std::to_string(c.feature_group_count) +
+      " : i64, lhs_dilation = " + i64_array(lhs_dil) + ", padding = " + padding_attr(padding) +
+      ", rhs_dilation = " + i64_array(rhs_dil) + ", window_strides = " + i64_array(strides) + ", " +
+      precision_attr(precision, 2);
   return emit1("stablehlo.convolution", {lhs, rhs}, attrs, Shape{result_type, out});
 }
 
 // ------------------------------------------------------------------ indexing
 
-Value Builder::gather(const Value& operand, const Value& indices,
-                      const GatherDims& d, const Dims& slice_sizes) {
+Value Builder::gather(const Value& operand, const Value& indices, const GatherDims& d,
+                      const Dims& slice_sizes) {
   Dims batch;
   for (int64_t i = 0; i < indices.rank(); ++i) {
     if (i != d.index_vector_dim) batch.push_back(indices.dim(i));
@@ -663,37 +628,34 @@ Value Builder::gather(const Value& operand, const Value& indices,
     for (int64_t o : d.offset_dims) is_offset |= o == static_cast<int64_t>(i);
     out[i] = is_offset ? offsets.at(next_offset++) : batch.at(next_batch++);
   }
-  std::string attrs = "dimension_numbers = #stablehlo.gather<offset_dims = " +
-                      i64_list(d.offset_dims) +
-                      ", collapsed_slice_dims = " + i64_list(d.collapsed_slice_dims) +
-                      ", start_index_map = " + i64_list(d.start_index_map) +
-                      ", index_vector_dim = " + std::to_string(d.index_vector_dim) +
-                      ">, indices_are_sorted = false, slice_sizes = " +
-                      i64_array(slice_sizes);
-  return emit1("stablehlo.gather", {operand, indices}, attrs,
-               Shape{operand.type(), out});
+  std::string attrs =
+      "dimension_numbers = #stablehlo.gather<offset_dims = " + i64_list(d.offset_dims) +
+      ", collapsed_slice_dims = " + i64_list(d.collapsed_slice_dims) +
+      ", start_index_map = " + i64_list(d.start_index_map) +
+      ", index_vector_dim = " + std::to_string(d.index_vector_dim) +
+      ">, indices_are_sorted = false, slice_sizes = " + i64_array(slice_sizes);
+  return emit1("stablehlo.gather", {operand, indices}, attrs, Shape{operand.type(), out});
 }
 
-Value Builder::scatter(const Value& operand, const Value& indices,
-                       const Value& updates, const ScatterDims& d,
-                       const RegionFn& update) {
+Value Builder::scatter(const Value& operand, const Value& indices, const Value& updates,
+                       const ScatterDims& d, const RegionFn& update) {
   Shape elem{operand.type(), {}};
   std::string update_text = region({elem, elem}, update);
   std::string attrs =
       "indices_are_sorted = false, scatter_dimension_numbers = #stablehlo.scatter<"
-      "update_window_dims = " + i64_list(d.update_window_dims) +
+      "update_window_dims = " +
+      i64_list(d.update_window_dims) +
       ", inserted_window_dims = " + i64_list(d.inserted_window_dims) +
       ", scatter_dims_to_operand_dims = " + i64_list(d.scatter_dims_to_operand_dims) +
-      ", index_vector_dim = " + std::to_string(d.index_vector_dim) +
-      ">, unique_indices = false";
+      ", index_vector_dim = " + std::to_string(d.index_vector_dim) + ">, unique_indices = false";
   return emit1("stablehlo.scatter", {operand, indices, updates}, attrs, operand.shape,
                {update_text});
 }
 
 // ------------------------------------------------------------------ misc
 
-std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dimension,
-                                 bool stable, const RegionFn& comparator) {
+std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dimension, bool stable,
+                                 const RegionFn& comparator) {
   std::vector<Shape> args, results;
   for (const Value& v : inputs) {
     args.push_back(Shape{v.type(), {}});
@@ -707,16 +669,14 @@ std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dimen
               results, {text});
 }
 
-std::pair<Value, Value> Builder::rng_bit_generator(const Value& state,
-                                                   const Shape& shape) {
+std::pair<Value, Value> Builder::rng_bit_generator(const Value& state, const Shape& shape) {
   auto values = emit("stablehlo.rng_bit_generator", {state},
-                     "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>",
-                     {state.shape, shape});
+                     "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>", {state.shape, shape});
   return {values[0], values[1]};
 }
 
-std::vector<Value> Builder::while_loop(const std::vector<Value>& init,
-                                       const RegionFn& cond, const RegionFn& body) {
+std::vector<Value> Builder::while_loop(const std::vector<Value>& init, const RegionFn& cond,
+                                       const RegionFn& body) {
   std::vector<Shape> shapes;
   for (const Value& v : init) shapes.push_back(v.shape);
   std::string cond_text = region(shapes, cond);

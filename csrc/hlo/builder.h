@@ -33,7 +33,7 @@ std::string to_string(const Shape& shape);  // f32[2,3]
 
 // An SSA value of the program being built.
 struct Value {
-  int id = 0;  // parameters have negative ids (-1 is %arg0)
+  int id = 0;       // parameters have negative ids (-1 is %arg0)
   int result = -1;  // index into a multi-result op, or -1
   Shape shape;
 
@@ -90,8 +90,7 @@ struct Window {
 class Builder;
 // Body of a region: receives the builder and the block arguments, returns
 // what the region yields.
-using RegionFn =
-    std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>;
+using RegionFn = std::function<std::vector<Value>(Builder&, const std::vector<Value>&)>;
 
 class Builder {
  public:
@@ -145,9 +144,7 @@ class Builder {
   Value not_(const Value& x) { return unary("not", x); }
   Value floor(const Value& x) { return unary("floor", x); }
   Value ceil(const Value& x) { return unary("ceil", x); }
-  Value is_finite(const Value& x) {
-    return unary("is_finite", x, ElementType::Pred);
-  }
+  Value is_finite(const Value& x) { return unary("is_finite", x, ElementType::Pred); }
   Value compare(const Value& a, const Value& b, Comparison direction);
   Value select(const Value& pred, const Value& on_true, const Value& on_false);
   Value clamp(const Value& lo, const Value& x, const Value& hi);
@@ -159,59 +156,48 @@ class Builder {
 
   // ---- shape manipulation
   Value reshape(const Value& x, const Dims& dims);
-  Value broadcast_in_dim(const Value& x, const Dims& dims,
-                         const Dims& broadcast_dimensions);
+  Value broadcast_in_dim(const Value& x, const Dims& dims, const Dims& broadcast_dimensions);
   Value transpose(const Value& x, const Dims& permutation);
-  Value slice(const Value& x, const Dims& start, const Dims& limit,
-              const Dims& strides);
-  Value dynamic_slice(const Value& x, const std::vector<Value>& starts,
-                      const Dims& sizes);
-  Value dynamic_update_slice(const Value& x, const Value& update,
-                             const std::vector<Value>& starts);
+  Value slice(const Value& x, const Dims& start, const Dims& limit, const Dims& strides);
+  Value dynamic_slice(const Value& x, const std::vector<Value>& starts, const Dims& sizes);
+  Value dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& starts);
   Value concatenate(const std::vector<Value>& xs, int64_t dimension);
-  Value pad(const Value& x, const Value& padding_value, const Dims& low,
-            const Dims& high, const Dims& interior);
+  Value pad(const Value& x, const Value& padding_value, const Dims& low, const Dims& high,
+            const Dims& interior);
   Value reverse(const Value& x, const Dims& dimensions);
 
   // ---- reductions and windows
-  std::vector<Value> reduce(const std::vector<Value>& inputs,
-                            const std::vector<Value>& inits,
+  std::vector<Value> reduce(const std::vector<Value>& inputs, const std::vector<Value>& inits,
                             const Dims& dimensions, const RegionFn& body);
   std::vector<Value> reduce_window(const std::vector<Value>& inputs,
-                                   const std::vector<Value>& inits,
-                                   const Window& window, const RegionFn& body);
-  Value select_and_scatter(const Value& operand, const Value& source,
-                           const Value& init, const Window& window,
-                           const RegionFn& select, const RegionFn& scatter);
+                                   const std::vector<Value>& inits, const Window& window,
+                                   const RegionFn& body);
+  Value select_and_scatter(const Value& operand, const Value& source, const Value& init,
+                           const Window& window, const RegionFn& select, const RegionFn& scatter);
 
   // ---- linear algebra
-  Value dot_general(const Value& lhs, const Value& rhs, const DotDims& dims,
-                    Precision precision, ElementType result_type);
-  Value convolution(const Value& lhs, const Value& rhs, const ConvDims& dims,
-                    const ConvConfig& config, Precision precision,
+  Value dot_general(const Value& lhs, const Value& rhs, const DotDims& dims, Precision precision,
                     ElementType result_type);
+  Value convolution(const Value& lhs, const Value& rhs, const ConvDims& dims,
+                    const ConvConfig& config, Precision precision, ElementType result_type);
 
   // ---- indexing
-  Value gather(const Value& operand, const Value& indices,
-               const GatherDims& dims, const Dims& slice_sizes);
-  Value scatter(const Value& operand, const Value& indices,
-                const Value& updates, const ScatterDims& dims,
-                const RegionFn& update);
+  Value gather(const Value& operand, const Value& indices, const GatherDims& dims,
+               const Dims& slice_sizes);
+  Value scatter(const Value& operand, const Value& indices, const Value& updates,
+                const ScatterDims& dims, const RegionFn& update);
 
   // ---- misc
-  std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dimension,
-                          bool stable, const RegionFn& comparator);
+  std::vector<Value> sort(const std::vector<Value>& inputs, int64_t dimension, bool stable,
+                          const RegionFn& comparator);
   // Returns {new_state, random_bits of `shape`} (THREE_FRY, u64[2] state).
-  std::pair<Value, Value> rng_bit_generator(const Value& state,
-                                            const Shape& shape);
-  std::vector<Value> while_loop(const std::vector<Value>& init,
-                                const RegionFn& cond, const RegionFn& body);
+  std::pair<Value, Value> rng_bit_generator(const Value& state, const Shape& shape);
+  std::vector<Value> while_loop(const std::vector<Value>& init, const RegionFn& cond,
+                                const RegionFn& body);
 
   // Emits any op in generic form (escape hatch for rarely used ops).
-  std::vector<Value> emit(const std::string& op,
-                          const std::vector<Value>& operands,
-                          const std::string& attributes,
-                          const std::vector<Shape>& results,
+  std::vector<Value> emit(const std::string& op, const std::vector<Value>& operands,
+                          const std::string& attributes, const std::vector<Shape>& results,
                           const std::vector<std::string>& regions = {});
 
  private:
@@ -230,8 +216,8 @@ class Builder {
 };
 
 // Attribute printing helpers, shared with lowerings that use `emit`.
-std::string i64_array(const Dims& values);       // array<i64: 1, 2>
-std::string i64_list(const Dims& values);        // [1, 2]
+std::string i64_array(const Dims& values);  // array<i64: 1, 2>
+std::string i64_list(const Dims& values);   // [1, 2]
 std::string padding_attr(const std::vector<std::pair<int64_t, int64_t>>& p);
 
 }  // namespace torch_tpu::hlo

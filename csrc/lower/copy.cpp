@@ -22,9 +22,7 @@ std::vector<Value> clone(Context& c, const Args& a) { return {a.tensor(0)}; }
 // fill.Scalar(self, value) / fill.Tensor(self, value)
 std::vector<Value> fill(Context& c, const Args& a) { return {to_output(c, a.tensor(1))}; }
 
-std::vector<Value> zero(Context& c, const Args& a) {
-  return {c.b.full(c.output(0), 0)};
-}
+std::vector<Value> zero(Context& c, const Args& a) { return {c.b.full(c.output(0), 0)}; }
 
 }  // namespace
 

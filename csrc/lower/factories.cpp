@@ -31,8 +31,8 @@ std::vector<Value> linspace(Context& c, const Args& a) {
   const Shape& out = c.output(0);
   int64_t steps = a.integer(2);
   Builder& b = c.b;
-  ElementType t = is_floating(out.type) || is_complex(out.type) ? compute_type(c, out.type)
-                                                                : ElementType::F64;
+  ElementType t =
+      is_floating(out.type) || is_complex(out.type) ? compute_type(c, out.type) : ElementType::F64;
   if (c.platform() == "tpu" && t == ElementType::F64) t = ElementType::F32;
   Value start = convert(b, a.tensor(0), t);
   Value end = convert(b, a.tensor(1), t);
@@ -44,8 +44,8 @@ std::vector<Value> linspace(Context& c, const Args& a) {
   Value back = b.sub(b.full({t, out.dims}, static_cast<double>(steps - 1)), i);
   Value down = b.sub(b.broadcast_in_dim(end, out.dims, {}),
                      b.mul(back, b.broadcast_in_dim(step, out.dims, {})));
-  Value first_half = b.compare(i, b.full({t, out.dims}, static_cast<double>(steps / 2)),
-                               hlo::Comparison::LT);
+  Value first_half =
+      b.compare(i, b.full({t, out.dims}, static_cast<double>(steps / 2)), hlo::Comparison::LT);
   Value v = b.select(first_half, up, down);
   if (is_integral(out.type)) v = b.floor(v);  // PyTorch truncates toward -inf here
   return {v};

@@ -16,10 +16,14 @@ int kind_rank(ElementType t) {
 
 ElementType signed_of_width(int bits) {
   switch (bits) {
-    case 8: return ElementType::S8;
-    case 16: return ElementType::S16;
-    case 32: return ElementType::S32;
-    default: return ElementType::S64;
+    case 8:
+      return ElementType::S8;
+    case 16:
+      return ElementType::S16;
+    case 32:
+      return ElementType::S32;
+    default:
+      return ElementType::S64;
   }
 }
 
@@ -73,8 +77,7 @@ ElementType promote_types(ElementType a, ElementType b) {
 }
 
 ElementType result_type(const std::vector<const Operand*>& operands) {
-  ElementType by_category[3] = {ElementType::Invalid, ElementType::Invalid,
-                                ElementType::Invalid};
+  ElementType by_category[3] = {ElementType::Invalid, ElementType::Invalid, ElementType::Invalid};
   for (const Operand* o : operands) {
     if (!o) continue;
     auto& slot = by_category[static_cast<int>(o->category)];
@@ -90,8 +93,8 @@ ElementType to_floating(ElementType t) {
 int64_t wrap_dim(int64_t dim, int64_t rank) {
   int64_t r = std::max<int64_t>(rank, 1);
   if (dim < -r || dim >= r) {
-    throw std::invalid_argument("dimension " + std::to_string(dim) +
-                                " out of range for rank " + std::to_string(rank));
+    throw std::invalid_argument("dimension " + std::to_string(dim) + " out of range for rank " +
+                                std::to_string(rank));
   }
   return dim < 0 ? dim + r : dim;
 }
@@ -138,8 +141,10 @@ Dims reduced_shape(const Dims& dims, const Dims& reduced, bool keepdim) {
   Dims out;
   for (int64_t i = 0; i < static_cast<int64_t>(dims.size()); ++i) {
     bool r = std::find(reduced.begin(), reduced.end(), i) != reduced.end();
-    if (!r) out.push_back(dims[i]);
-    else if (keepdim) out.push_back(1);
+    if (!r)
+      out.push_back(dims[i]);
+    else if (keepdim)
+      out.push_back(1);
   }
   return out;
 }
@@ -150,13 +155,9 @@ Value convert(Builder& b, const Value& x, ElementType type) {
   return b.convert(x, type);
 }
 
-Value scalar(Builder& b, double value, ElementType type) {
-  return b.constant(value, type);
-}
+Value scalar(Builder& b, double value, ElementType type) { return b.constant(value, type); }
 
-Value full_like(Builder& b, const Value& like, double value) {
-  return b.full(like.shape, value);
-}
+Value full_like(Builder& b, const Value& like, double value) { return b.full(like.shape, value); }
 
 std::vector<Value> broadcast_all(Builder& b, std::vector<Value> values) {
   Dims dims;
@@ -185,26 +186,35 @@ Value reduce_with(Builder& b, const Value& x, const Dims& dims, const Value& ini
 
 template <class T>
 Value limit(Builder& b, ElementType t, bool high) {
-  return b.constant_int(static_cast<int64_t>(high ? std::numeric_limits<T>::max()
-                                                  : std::numeric_limits<T>::lowest()),
-                        t);
+  return b.constant_int(
+      static_cast<int64_t>(high ? std::numeric_limits<T>::max() : std::numeric_limits<T>::lowest()),
+      t);
 }
 
 Value extreme(Builder& b, ElementType t, bool high) {
   switch (t) {
-    case ElementType::Pred: return b.constant_bool(high);
-    case ElementType::S8: return limit<int8_t>(b, t, high);
-    case ElementType::S16: return limit<int16_t>(b, t, high);
-    case ElementType::S32: return limit<int32_t>(b, t, high);
-    case ElementType::S64: return limit<int64_t>(b, t, high);
-    case ElementType::U8: return limit<uint8_t>(b, t, high);
-    case ElementType::U16: return limit<uint16_t>(b, t, high);
-    case ElementType::U32: return limit<uint32_t>(b, t, high);
-    case ElementType::U64: return b.constant_int(high ? -1 : 0, t);  // prints 2^64-1
+    case ElementType::Pred:
+      return b.constant_bool(high);
+    case ElementType::S8:
+      return limit<int8_t>(b, t, high);
+    case ElementType::S16:
+      return limit<int16_t>(b, t, high);
+    case ElementType::S32:
+      return limit<int32_t>(b, t, high);
+    case ElementType::S64:
+      return limit<int64_t>(b, t, high);
+    case ElementType::U8:
+      return limit<uint8_t>(b, t, high);
+    case ElementType::U16:
+      return limit<uint16_t>(b, t, high);
+    case ElementType::U32:
+      return limit<uint32_t>(b, t, high);
+    case ElementType::U64:
+      return b.constant_int(high ? -1 : 0, t);  // prints 2^64-1
     default:
-      return b.constant(high ? std::numeric_limits<double>::infinity()
-                             : -std::numeric_limits<double>::infinity(),
-                        t);
+      return b.constant(
+          high ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity(),
+          t);
   }
 }
 

@@ -23,8 +23,8 @@ Value coordinates(Builder& b, const Value& index, int64_t dim, int64_t dim_size)
   with_vector.push_back(1);
   std::vector<Value> coords;
   for (int64_t d = 0; d < index.rank(); ++d) {
-    Value coord = d == dim ? wrap_index(b, index, dim_size)
-                           : b.iota({ElementType::S64, index.dims()}, d);
+    Value coord =
+        d == dim ? wrap_index(b, index, dim_size) : b.iota({ElementType::S64, index.dims()}, d);
     coords.push_back(b.reshape(coord, with_vector));
   }
   return b.concatenate(coords, index.rank());
@@ -34,8 +34,7 @@ Value point_gather(Builder& b, const Value& operand, const Value& coords) {
   int64_t rank = operand.rank();
   Dims all(rank);
   std::iota(all.begin(), all.end(), 0);
-  return b.gather(operand, coords, hlo::GatherDims{{}, all, all, coords.rank() - 1},
-                  Dims(rank, 1));
+  return b.gather(operand, coords, hlo::GatherDims{{}, all, all, coords.rank() - 1}, Dims(rank, 1));
 }
 
 Value point_scatter(Builder& b, const Value& operand, const Value& coords, const Value& updates,
@@ -103,7 +102,8 @@ Value scatter_with(Context& c, const Args& a, const Value& src, const hlo::Regio
   if (scalar) x = c.b.reshape(x, {1});
   if (index.rank() == 0) index = c.b.reshape(index, {1});
   int64_t dim = wrap_dim(a.integer(1), x.rank());
-  Value s = src.rank() == 0 ? src : (src.rank() == index.rank() ? src : c.b.reshape(src, index.dims()));
+  Value s =
+      src.rank() == 0 ? src : (src.rank() == index.rank() ? src : c.b.reshape(src, index.dims()));
   Value y = point_scatter(c.b, x, coordinates(c.b, index, dim, x.dim(dim)),
                           updates_for(c.b, s, index, x.type()), combine);
   return c.b.reshape(y, out.dims);
@@ -127,10 +127,10 @@ std::vector<Value> scatter_add(Context& c, const Args& a) {
 // ---------------------------------------------------------------- advanced
 
 struct Advanced {
-  Dims indexed;           // dims of self that are indexed
-  Value indices;          // broadcast indices stacked on a last axis, s64
-  Dims batch;             // broadcast shape of the index tensors
-  Dims offset_dims;       // where the kept dims of self land in the result
+  Dims indexed;      // dims of self that are indexed
+  Value indices;     // broadcast indices stacked on a last axis, s64
+  Dims batch;        // broadcast shape of the index tensors
+  Dims offset_dims;  // where the kept dims of self land in the result
   Dims slice_sizes;
 };
 
@@ -152,8 +152,8 @@ Advanced advanced(Builder& b, const Value& x, const std::vector<std::optional<Op
   for (Value& v : idx) v = b.reshape(v, with_vector);
   adv.indices = b.concatenate(idx, static_cast<int64_t>(adv.batch.size()));
   // Adjacent indexed dims keep their place; otherwise the batch dims lead.
-  bool adjacent = adv.indexed.back() - adv.indexed.front() + 1 ==
-                  static_cast<int64_t>(adv.indexed.size());
+  bool adjacent =
+      adv.indexed.back() - adv.indexed.front() + 1 == static_cast<int64_t>(adv.indexed.size());
   int64_t batch_at = adjacent ? adv.indexed.front() : 0;
   int64_t pos = 0;
   for (int64_t d = 0; d < x.rank(); ++d) {
@@ -191,9 +191,8 @@ std::vector<Value> index_put(Context& c, const Args& a) {
     }
   }
   for (size_t i = 0; i < update_dims.size(); ++i) {
-    bool is_offset =
-        std::find(adv.offset_dims.begin(), adv.offset_dims.end(), static_cast<int64_t>(i)) !=
-        adv.offset_dims.end();
+    bool is_offset = std::find(adv.offset_dims.begin(), adv.offset_dims.end(),
+                               static_cast<int64_t>(i)) != adv.offset_dims.end();
     update_dims[i] = is_offset ? kept[next_kept++] : adv.batch[next_batch++];
   }
   Value values = broadcast_to(c.b, convert(c.b, a.tensor(2), x.type()), update_dims);

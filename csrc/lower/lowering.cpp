@@ -12,8 +12,7 @@ std::map<std::string, Rule, std::less<>>& table() {
 }
 
 [[noreturn]] void bad_arg(size_t i, const char* expected) {
-  throw std::invalid_argument("lowering argument " + std::to_string(i) +
-                              " is not " + expected);
+  throw std::invalid_argument("lowering argument " + std::to_string(i) + " is not " + expected);
 }
 
 template <class T>
@@ -39,7 +38,6 @@ bool register_rule(std::initializer_list<const char*> names, Rule rule) {
 
 std::vector<std::string> duplicate_rule_names() { return duplicates(); }
 
-
 const Rule* find_rule(std::string_view name) {
   auto it = table().find(name);
   return it == table().end() ? nullptr : &it->second;
@@ -55,8 +53,7 @@ std::vector<std::string> rule_names() {
 
 const Arg& Args::at(size_t i) const {
   if (i >= args_.size()) {
-    throw std::invalid_argument("lowering argument " + std::to_string(i) +
-                                " is missing");
+    throw std::invalid_argument("lowering argument " + std::to_string(i) + " is missing");
   }
   return args_[i];
 }
@@ -144,16 +141,16 @@ BoolList Args::bools(size_t i) const { return get<BoolList>(at(i).value, i, "a b
 
 const Shape& Context::output(size_t i) const {
   if (i >= outputs_.size()) {
-    throw std::invalid_argument(op_name_ + ": no expected type for output " +
-                                std::to_string(i));
+    throw std::invalid_argument(op_name_ + ": no expected type for output " + std::to_string(i));
   }
   return outputs_[i];
 }
 
 Value Context::random_bits(const Shape& shape) {
   if (!rng_state_) {
-    throw std::logic_error(op_name_ + " draws random numbers but its rule is "
-                                      "not registered with TPU_LOWERING_RANDOM");
+    throw std::logic_error(op_name_ +
+                           " draws random numbers but its rule is "
+                           "not registered with TPU_LOWERING_RANDOM");
   }
   // The state is (seed, offset); each draw starts at a fresh counter so draws
   // within one program never overlap. The caller advances the generator's

@@ -31,8 +31,8 @@ using FloatList = std::vector<double>;
 using BoolList = std::vector<bool>;
 // A non-tensor argument whose value is part of the program (dim, keepdim,
 // kernel_size, eps, reduction, dtype, ...).
-using Static = std::variant<None, bool, int64_t, double, std::string,
-                            ElementType, IntList, FloatList, BoolList>;
+using Static = std::variant<None, bool, int64_t, double, std::string, ElementType, IntList,
+                            FloatList, BoolList>;
 
 // PyTorch's type-promotion priority of an operand: tensors with dimensions
 // win over zero-dim tensors, which win over Python numbers.
@@ -49,7 +49,7 @@ struct Operand {
 };
 
 struct Arg {
-  Static value;  // static arguments
+  Static value;                                  // static arguments
   std::vector<std::optional<Operand>> operands;  // tensor/scalar (one) or list
   bool is_operand = false;
   bool is_list = false;
@@ -88,8 +88,8 @@ class Args {
 
 class Context {
  public:
-  Context(Builder& builder, std::string op_name, Precision precision,
-          std::string platform, std::vector<Shape> outputs)
+  Context(Builder& builder, std::string op_name, Precision precision, std::string platform,
+          std::vector<Shape> outputs)
       : b(builder),
         op_name_(std::move(op_name)),
         precision_(precision),

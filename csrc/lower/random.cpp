@@ -15,15 +15,16 @@ Value uniform01(Context& c, const Dims& dims, ElementType t) {
     Shape bits_shape{ElementType::U64, dims};
     Value bits = c.random_bits(bits_shape);
     Value mantissa = b.binary("shift_right_logical", bits, b.full(bits_shape, 12));
-    Value one = b.or_(mantissa, b.broadcast_in_dim(
-                                    b.constant_int(0x3FF0000000000000LL, ElementType::U64), dims, {}));
+    Value one =
+        b.or_(mantissa,
+              b.broadcast_in_dim(b.constant_int(0x3FF0000000000000LL, ElementType::U64), dims, {}));
     return b.sub(b.bitcast_convert(one, ElementType::F64), b.full({t, dims}, 1.0));
   }
   Shape bits_shape{ElementType::U32, dims};
   Value bits = c.random_bits(bits_shape);
   Value mantissa = b.binary("shift_right_logical", bits, b.full(bits_shape, 9));
-  Value one = b.or_(mantissa, b.broadcast_in_dim(b.constant_int(0x3F800000, ElementType::U32),
-                                                 dims, {}));
+  Value one =
+      b.or_(mantissa, b.broadcast_in_dim(b.constant_int(0x3F800000, ElementType::U32), dims, {}));
   return b.sub(b.bitcast_convert(one, ElementType::F32), b.full({ElementType::F32, dims}, 1.0));
 }
 
@@ -67,16 +68,26 @@ std::vector<Value> normal_inplace(Context& c, const Args& a) {
 // type maximum for integers (as PyTorch).
 int64_t random_limit(ElementType t) {
   switch (t) {
-    case ElementType::F16: return int64_t{1} << 11;
-    case ElementType::BF16: return int64_t{1} << 8;
-    case ElementType::F32: return int64_t{1} << 24;
-    case ElementType::F64: return int64_t{1} << 53;
-    case ElementType::Pred: return 1;
-    case ElementType::U8: return 255;
-    case ElementType::S8: return 127;
-    case ElementType::S16: return 32767;
-    case ElementType::S32: return 2147483647;
-    default: return std::numeric_limits<int64_t>::max();
+    case ElementType::F16:
+      return int64_t{1} << 11;
+    case ElementType::BF16:
+      return int64_t{1} << 8;
+    case ElementType::F32:
+      return int64_t{1} << 24;
+    case ElementType::F64:
+      return int64_t{1} << 53;
+    case ElementType::Pred:
+      return 1;
+    case ElementType::U8:
+      return 255;
+    case ElementType::S8:
+      return 127;
+    case ElementType::S16:
+      return 32767;
+    case ElementType::S32:
+      return 2147483647;
+    default:
+      return std::numeric_limits<int64_t>::max();
   }
 }
 
@@ -97,9 +108,9 @@ Value random_range(Context& c, const Dims& dims, int64_t from, uint64_t range) {
 std::vector<Value> random_from(Context& c, const Args& a) {
   const Shape& out = c.output(0);
   int64_t from = a.integer(1);
-  uint64_t range = a.is_none(2) ? static_cast<uint64_t>(random_limit(out.type)) -
-                                      static_cast<uint64_t>(from) + 1
-                                : static_cast<uint64_t>(a.integer(2) - from);
+  uint64_t range =
+      a.is_none(2) ? static_cast<uint64_t>(random_limit(out.type)) - static_cast<uint64_t>(from) + 1
+                   : static_cast<uint64_t>(a.integer(2) - from);
   return {random_range(c, out.dims, from, range)};
 }
 
@@ -122,9 +133,7 @@ Value bernoulli_mask(Context& c, const Value& p) {
 }
 
 // bernoulli(self, *, generator): self holds the probabilities.
-std::vector<Value> bernoulli(Context& c, const Args& a) {
-  return {bernoulli_mask(c, a.tensor(0))};
-}
+std::vector<Value> bernoulli(Context& c, const Args& a) { return {bernoulli_mask(c, a.tensor(0))}; }
 
 // bernoulli.p(self, float p, *, generator) / bernoulli_.float
 std::vector<Value> bernoulli_p(Context& c, const Args& a) {

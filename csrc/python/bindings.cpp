@@ -91,7 +91,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_lowered_ops", &aten::lowered_op_names);
   m.def("_rule_names", &lower::rule_names);
   m.def("_is_started", &engine::Backend::started);
-  m.def("_start", [] { backend(); }, py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_start", [] { backend(); }, py::call_guard<py::gil_scoped_release>());
   m.def("_device_count", [] { return static_cast<int>(aten::device_count()); });
   m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
   m.def("_set_device", [](int device) {
@@ -113,7 +114,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_metrics", &metrics);
   m.def("_reset_metrics", [] { engine::metrics().reset(); });
   m.def("_memory_stats", &memory_stats);
-  m.def("_reset_peak_memory_stats", [](int device) { aten::tpu_allocator()->resetPeakStats(device); });
+  m.def("_reset_peak_memory_stats",
+        [](int device) { aten::tpu_allocator()->resetPeakStats(device); });
   m.def("_set_precision", [](int p) { engine::set_precision(static_cast<hlo::Precision>(p)); });
   m.def("_get_precision", [] { return static_cast<int>(engine::precision()); });
   m.def("_set_fallback_mode", [](const std::string& mode) {

@@ -82,16 +82,13 @@ Executable::Executable(Client* client, PJRT_LoadedExecutable* executable)
   const Plugin& plugin = client_->plugin();
   auto get = TPU_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, executable);
   get.loaded_executable = executable_;
-  plugin.call(Fn::LoadedExecutableGetExecutable, &get,
-              "PJRT_LoadedExecutable_GetExecutable");
+  plugin.call(Fn::LoadedExecutableGetExecutable, &get, "PJRT_LoadedExecutable_GetExecutable");
   auto types = TPU_ARGS(PJRT_Executable_OutputElementTypes_Args, num_output_types);
   types.executable = get.executable;
-  plugin.call(Fn::ExecutableOutputElementTypes, &types,
-              "PJRT_Executable_OutputElementTypes");
+  plugin.call(Fn::ExecutableOutputElementTypes, &types, "PJRT_Executable_OutputElementTypes");
   auto dims = TPU_ARGS(PJRT_Executable_OutputDimensions_Args, dim_sizes);
   dims.executable = get.executable;
-  plugin.call(Fn::ExecutableOutputDimensions, &dims,
-              "PJRT_Executable_OutputDimensions");
+  plugin.call(Fn::ExecutableOutputDimensions, &dims, "PJRT_Executable_OutputDimensions");
   const int64_t* next = dims.dims;
   for (size_t i = 0; i < types.num_output_types; ++i) {
     output_types_.push_back(static_cast<ElementType>(types.output_types[i]));
@@ -107,8 +104,7 @@ Executable::~Executable() {
   auto args = TPU_ARGS(PJRT_LoadedExecutable_Destroy_Args, executable);
   args.executable = executable_;
   try {
-    client_->plugin().call(Fn::LoadedExecutableDestroy, &args,
-                           "PJRT_LoadedExecutable_Destroy");
+    client_->plugin().call(Fn::LoadedExecutableDestroy, &args, "PJRT_LoadedExecutable_Destroy");
   } catch (const Error&) {
   }
 }
@@ -141,8 +137,8 @@ Launch Executable::execute(int device, const std::vector<Buffer*>& inputs,
   Launch launch{{}, Event(&plugin, done)};
   launch.outputs.reserve(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) {
-    launch.outputs.push_back(std::make_shared<Buffer>(
-        &plugin, outs[i], output_types_[i], output_dims_[i], device));
+    launch.outputs.push_back(
+        std::make_shared<Buffer>(&plugin, outs[i], output_types_[i], output_dims_[i], device));
   }
   return launch;
 }
@@ -151,8 +147,7 @@ std::string Executable::serialize() const {
   const Plugin& plugin = client_->plugin();
   auto get = TPU_ARGS(PJRT_LoadedExecutable_GetExecutable_Args, executable);
   get.loaded_executable = executable_;
-  plugin.call(Fn::LoadedExecutableGetExecutable, &get,
-              "PJRT_LoadedExecutable_GetExecutable");
+  plugin.call(Fn::LoadedExecutableGetExecutable, &get, "PJRT_LoadedExecutable_GetExecutable");
   auto args = TPU_ARGS(PJRT_Executable_Serialize_Args, serialized_executable_deleter);
   args.executable = get.executable;
   std::string bytes;
@@ -199,8 +194,7 @@ PJRT_NamedValue bool_option(const char* name, bool value) {
   return v;
 }
 
-std::string client_string(const Plugin& plugin, PJRT_Client* client, Fn fn,
-                          const char* what) {
+std::string client_string(const Plugin& plugin, PJRT_Client* client, Fn fn, const char* what) {
   auto args = TPU_ARGS(PJRT_Client_String_Args, value_size);
   args.client = client;
   plugin.call(fn, &args, what);
@@ -209,14 +203,12 @@ std::string client_string(const Plugin& plugin, PJRT_Client* client, Fn fn,
 
 }  // namespace
 
-Client::Client(const Plugin& plugin, const std::string& platform,
-               const ClientOptions& options)
+Client::Client(const Plugin& plugin, const std::string& platform, const ClientOptions& options)
     : plugin_(&plugin) {
   // Each plugin validates option names, so only pass the ones it knows.
   std::vector<PJRT_NamedValue> create_options;
   if (platform == "cpu" && options.cpu_device_count > 0) {
-    create_options.push_back(
-        int_option("cpu_device_count", options.cpu_device_count));
+    create_options.push_back(int_option("cpu_device_count", options.cpu_device_count));
   }
   if (platform == "cuda" && options.gpu_no_preallocate) {
     create_options.push_back(bool_option("preallocate", false));
@@ -227,14 +219,13 @@ Client::Client(const Plugin& plugin, const std::string& platform,
   plugin.call(Fn::ClientCreate, &args, "PJRT_Client_Create");
   client_ = args.client;
 
-  platform_name_ = client_string(plugin, client_, Fn::ClientPlatformName,
-                                 "PJRT_Client_PlatformName");
-  platform_version_ = client_string(plugin, client_, Fn::ClientPlatformVersion,
-                                    "PJRT_Client_PlatformVersion");
+  platform_name_ =
+      client_string(plugin, client_, Fn::ClientPlatformName, "PJRT_Client_PlatformName");
+  platform_version_ =
+      client_string(plugin, client_, Fn::ClientPlatformVersion, "PJRT_Client_PlatformVersion");
   auto devices = TPU_ARGS(PJRT_Client_AddressableDevices_Args, num_addressable_devices);
   devices.client = client_;
-  plugin.call(Fn::ClientAddressableDevices, &devices,
-              "PJRT_Client_AddressableDevices");
+  plugin.call(Fn::ClientAddressableDevices, &devices, "PJRT_Client_AddressableDevices");
   devices_.assign(devices.addressable_devices,
                   devices.addressable_devices + devices.num_addressable_devices);
 }
@@ -250,9 +241,8 @@ Client::~Client() {
 
 PJRT_Device* Client::device(int index) const {
   if (index < 0 || index >= device_count()) {
-    throw Error("device index " + std::to_string(index) +
-                    " is out of range (the " + platform_name_ + " client has " +
-                    std::to_string(device_count()) + " devices)",
+    throw Error("device index " + std::to_string(index) + " is out of range (the " +
+                    platform_name_ + " client has " + std::to_string(device_count()) + " devices)",
                 3);
   }
   return devices_[index];
@@ -273,8 +263,7 @@ DeviceInfo Client::device_info(int index) const {
   info.kind.assign(kind.value, kind.value_size);
   auto debug = TPU_ARGS(PJRT_DeviceDescription_String_Args, value_size);
   debug.device_description = desc.device_description;
-  plugin_->call(Fn::DeviceDescriptionDebugString, &debug,
-                "PJRT_DeviceDescription_DebugString");
+  plugin_->call(Fn::DeviceDescriptionDebugString, &debug, "PJRT_DeviceDescription_DebugString");
   info.description.assign(debug.value, debug.value_size);
   return info;
 }
@@ -335,8 +324,7 @@ BufferPtr Client::copy_to_device(const Buffer& buffer, int device) {
   args.buffer = buffer.get();
   args.dst_device = this->device(device);
   plugin_->call(Fn::BufferCopyToDevice, &args, "device-to-device copy");
-  return std::make_shared<Buffer>(plugin_, args.dst_buffer, buffer.type(),
-                                  buffer.dims(), device);
+  return std::make_shared<Buffer>(plugin_, args.dst_buffer, buffer.type(), buffer.dims(), device);
 }
 
 std::shared_ptr<Executable> Client::compile(const std::string& mlir,
@@ -360,8 +348,7 @@ std::shared_ptr<Executable> Client::deserialize(const std::string& bytes) {
   args.client = client_;
   args.serialized_executable = bytes.data();
   args.serialized_executable_size = bytes.size();
-  plugin_->call(Fn::ExecutableDeserializeAndLoad, &args,
-                "PJRT_Executable_DeserializeAndLoad");
+  plugin_->call(Fn::ExecutableDeserializeAndLoad, &args, "PJRT_Executable_DeserializeAndLoad");
   return std::make_shared<Executable>(this, args.loaded_executable);
 }
 

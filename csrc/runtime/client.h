@@ -16,10 +16,8 @@ class Client;
 // Completion of asynchronous work. Owns the PJRT_Event.
 class Event {
  public:
-  Event(const Plugin* plugin, PJRT_Event* event)
-      : plugin_(plugin), event_(event) {}
-  Event(Event&& other) noexcept
-      : plugin_(other.plugin_), event_(other.event_) {
+  Event(const Plugin* plugin, PJRT_Event* event) : plugin_(plugin), event_(event) {}
+  Event(Event&& other) noexcept : plugin_(other.plugin_), event_(other.event_) {
     other.event_ = nullptr;
   }
   Event(const Event&) = delete;
@@ -41,13 +39,9 @@ class Event {
 // An immutable array on one device. Owns the PJRT_Buffer.
 class Buffer {
  public:
-  Buffer(const Plugin* plugin, PJRT_Buffer* buffer, ElementType type,
-         std::vector<int64_t> dims, int device)
-      : plugin_(plugin),
-        buffer_(buffer),
-        type_(type),
-        dims_(std::move(dims)),
-        device_(device) {}
+  Buffer(const Plugin* plugin, PJRT_Buffer* buffer, ElementType type, std::vector<int64_t> dims,
+         int device)
+      : plugin_(plugin), buffer_(buffer), type_(type), dims_(std::move(dims)), device_(device) {}
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   ~Buffer();
@@ -128,8 +122,7 @@ struct ClientOptions {
 
 class Client {
  public:
-  Client(const Plugin& plugin, const std::string& platform,
-         const ClientOptions& options);
+  Client(const Plugin& plugin, const std::string& platform, const ClientOptions& options);
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
   ~Client();
@@ -147,8 +140,8 @@ class Client {
 
   // Copies `data` (row-major, dense) into a new buffer on `device`. The copy
   // of the host data completes before this returns.
-  BufferPtr buffer_from_host(const void* data, ElementType type,
-                             const std::vector<int64_t>& dims, int device);
+  BufferPtr buffer_from_host(const void* data, ElementType type, const std::vector<int64_t>& dims,
+                             int device);
   // A buffer that fails every launch using it with `message` (API >= 0.103);
   // used to test how asynchronous failures surface.
   BufferPtr error_buffer(const std::string& message, ElementType type,
@@ -157,8 +150,7 @@ class Client {
   BufferPtr copy_to_device(const Buffer& buffer, int device);
 
   // Compiles MLIR text (StableHLO with `func.func public @main`).
-  std::shared_ptr<Executable> compile(const std::string& mlir,
-                                      const std::string& compile_options);
+  std::shared_ptr<Executable> compile(const std::string& mlir, const std::string& compile_options);
   std::shared_ptr<Executable> deserialize(const std::string& bytes);
 
  private:

@@ -26,8 +26,7 @@ void put_bytes(std::string& out, int field, const std::string& bytes) {
 
 // CompileOptionsProto.env_option_overrides (field 7) is a map<string,
 // OptionOverrideProto>; a map entry is {1: key, 2: value}.
-void put_override(std::string& out, const std::string& name, int value_field,
-                  int64_t value) {
+void put_override(std::string& out, const std::string& name, int value_field, int64_t value) {
   std::string option;
   put_int(option, value_field, value);
   std::string entry;

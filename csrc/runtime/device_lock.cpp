@@ -24,8 +24,7 @@ std::string lock_dir() {
 
 std::string command_line(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string raw((std::istreambuf_iterator<char>(in)),
-                  std::istreambuf_iterator<char>());
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (char& c : raw) {
     if (c == '\0') c = ' ';
   }
@@ -38,13 +37,10 @@ std::string command_line(pid_t pid) {
 DeviceLock::DeviceLock(const std::string& platform, int device) {
   std::string dir = lock_dir();
   ::mkdir(dir.c_str(), 0777);  // may exist already; open() reports real problems
-  path_ = dir + "/torch_tpu-" + platform + "-" + std::to_string(device) +
-          ".lock";
+  path_ = dir + "/torch_tpu-" + platform + "-" + std::to_string(device) + ".lock";
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd_ < 0) {
-    throw Error("cannot open device lock file " + path_ + ": " +
-                    std::strerror(errno),
-                7);
+    throw Error("cannot open device lock file " + path_ + ": " + std::strerror(errno), 7);
   }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     std::string holder;

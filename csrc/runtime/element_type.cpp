@@ -14,11 +14,21 @@ struct TypeInfo {
 
 const TypeInfo& info(ElementType t) {
   static const TypeInfo table[] = {
-      {0, "invalid", "invalid"}, {1, "i1", "pred"},   {1, "i8", "s8"},
-      {2, "i16", "s16"},         {4, "i32", "s32"},   {8, "i64", "s64"},
-      {1, "ui8", "u8"},          {2, "ui16", "u16"},  {4, "ui32", "u32"},
-      {8, "ui64", "u64"},        {2, "f16", "f16"},   {4, "f32", "f32"},
-      {8, "f64", "f64"},         {2, "bf16", "bf16"}, {8, "complex<f32>", "c64"},
+      {0, "invalid", "invalid"},
+      {1, "i1", "pred"},
+      {1, "i8", "s8"},
+      {2, "i16", "s16"},
+      {4, "i32", "s32"},
+      {8, "i64", "s64"},
+      {1, "ui8", "u8"},
+      {2, "ui16", "u16"},
+      {4, "ui32", "u32"},
+      {8, "ui64", "u64"},
+      {2, "f16", "f16"},
+      {4, "f32", "f32"},
+      {8, "f64", "f64"},
+      {2, "bf16", "bf16"},
+      {8, "complex<f32>", "c64"},
       {16, "complex<f64>", "c128"},
   };
   auto i = static_cast<int>(t);
@@ -35,27 +45,23 @@ const char* mlir_name(ElementType t) { return info(t).mlir; }
 const char* short_name(ElementType t) { return info(t).short_name; }
 
 bool is_floating(ElementType t) {
-  return t == ElementType::F16 || t == ElementType::BF16 ||
-         t == ElementType::F32 || t == ElementType::F64;
+  return t == ElementType::F16 || t == ElementType::BF16 || t == ElementType::F32 ||
+         t == ElementType::F64;
 }
 
-bool is_complex(ElementType t) {
-  return t == ElementType::C64 || t == ElementType::C128;
-}
+bool is_complex(ElementType t) { return t == ElementType::C64 || t == ElementType::C128; }
 
 bool is_unsigned(ElementType t) {
-  return t == ElementType::U8 || t == ElementType::U16 ||
-         t == ElementType::U32 || t == ElementType::U64;
+  return t == ElementType::U8 || t == ElementType::U16 || t == ElementType::U32 ||
+         t == ElementType::U64;
 }
 
 bool is_integral(ElementType t) {
-  return is_unsigned(t) || t == ElementType::S8 || t == ElementType::S16 ||
-         t == ElementType::S32 || t == ElementType::S64;
+  return is_unsigned(t) || t == ElementType::S8 || t == ElementType::S16 || t == ElementType::S32 ||
+         t == ElementType::S64;
 }
 
-int bit_width(ElementType t) {
-  return t == ElementType::Pred ? 1 : 8 * element_size(t);
-}
+int bit_width(ElementType t) { return t == ElementType::Pred ? 1 : 8 * element_size(t); }
 
 ElementType complex_component(ElementType t) {
   if (t == ElementType::C64) return ElementType::F32;

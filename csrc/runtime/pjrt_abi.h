@@ -26,8 +26,7 @@ struct PJRT_SerializedExecutable;
 struct PJRT_MultiSlice_Config;
 struct PJRT_Extension_Base;
 
-#define TPU_PJRT_STRUCT_SIZE(type, last) \
-  (offsetof(type, last) + sizeof(((type*)nullptr)->last))
+#define TPU_PJRT_STRUCT_SIZE(type, last) (offsetof(type, last) + sizeof(((type*)nullptr)->last))
 
 struct PJRT_Api_Version {
   size_t struct_size;

@@ -65,9 +65,8 @@ Plugin::Plugin(std::string path) : path_(std::move(path)) {
   major_ = api_->pjrt_api_version.major_version;
   minor_ = api_->pjrt_api_version.minor_version;
   if (major_ != 0 || minor_ < kMinMinorVersion) {
-    throw Error("PJRT plugin " + path_ + " has API version " +
-                    version_string() + "; torch_tpu needs 0." +
-                    std::to_string(kMinMinorVersion) + " or newer (0.x)",
+    throw Error("PJRT plugin " + path_ + " has API version " + version_string() +
+                    "; torch_tpu needs 0." + std::to_string(kMinMinorVersion) + " or newer (0.x)",
                 12);
   }
   if (has(Fn::PluginInitialize)) {
@@ -79,8 +78,7 @@ Plugin::Plugin(std::string path) : path_(std::move(path)) {
     call(Fn::PluginAttributes, &args, "PJRT_Plugin_Attributes");
     for (size_t i = 0; i < args.num_attributes; ++i) {
       const auto& v = args.attributes[i];
-      attributes_.emplace_back(std::string(v.name, v.name_size),
-                               named_value_text(v));
+      attributes_.emplace_back(std::string(v.name, v.name_size), named_value_text(v));
     }
   }
 }
@@ -97,17 +95,14 @@ std::string Plugin::attribute(const std::string& name) const {
 }
 
 bool Plugin::has(Fn fn) const {
-  size_t offset = offsetof(PJRT_Api, slots) +
-                  sizeof(void*) * (static_cast<size_t>(fn) + 1);
-  return offset <= api_->struct_size &&
-         api_->slots[static_cast<int>(fn)] != nullptr;
+  size_t offset = offsetof(PJRT_Api, slots) + sizeof(void*) * (static_cast<size_t>(fn) + 1);
+  return offset <= api_->struct_size && api_->slots[static_cast<int>(fn)] != nullptr;
 }
 
 void* Plugin::slot(Fn fn) const {
   if (!has(fn)) {
     throw Error("PJRT plugin " + path_ + " (API " + version_string() +
-                    ") does not implement function slot " +
-                    std::to_string(static_cast<int>(fn)),
+                    ") does not implement function slot " + std::to_string(static_cast<int>(fn)),
                 12);
   }
   return api_->slots[static_cast<int>(fn)];
@@ -118,22 +113,20 @@ std::string Plugin::consume(PJRT_Error* error, int* code) const {
   auto message = TPU_ARGS(PJRT_Error_Message_Args, message_size);
   message.error = error;
   using MessageFn = void (*)(PJRT_Error_Message_Args*);
-  reinterpret_cast<MessageFn>(api_->slots[static_cast<int>(Fn::ErrorMessage)])(
-      &message);
+  reinterpret_cast<MessageFn>(api_->slots[static_cast<int>(Fn::ErrorMessage)])(&message);
   std::string text(message.message, message.message_size);
   if (code) {
     auto get_code = TPU_ARGS(PJRT_Error_GetCode_Args, code);
     get_code.error = error;
     using CodeFn = PJRT_Error* (*)(PJRT_Error_GetCode_Args*);
-    auto failed = reinterpret_cast<CodeFn>(
-        api_->slots[static_cast<int>(Fn::ErrorGetCode)])(&get_code);
+    auto failed =
+        reinterpret_cast<CodeFn>(api_->slots[static_cast<int>(Fn::ErrorGetCode)])(&get_code);
     *code = failed ? 2 : static_cast<int>(get_code.code);
   }
   auto destroy = TPU_ARGS(PJRT_Error_Destroy_Args, error);
   destroy.error = error;
   using DestroyFn = void (*)(PJRT_Error_Destroy_Args*);
-  reinterpret_cast<DestroyFn>(
-      api_->slots[static_cast<int>(Fn::ErrorDestroy)])(&destroy);
+  reinterpret_cast<DestroyFn>(api_->slots[static_cast<int>(Fn::ErrorDestroy)])(&destroy);
   return text;
 }
 

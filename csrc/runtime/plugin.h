@@ -55,8 +55,7 @@ enum class Fn : int {
 // A failed PJRT call, carrying the plugin's own message.
 class Error : public std::runtime_error {
  public:
-  Error(const std::string& message, int code)
-      : std::runtime_error(message), code_(code) {}
+  Error(const std::string& message, int code) : std::runtime_error(message), code_(code) {}
   int code() const { return code_; }
 
  private:
@@ -75,9 +74,7 @@ class Plugin {
   // "0.115"
   std::string version_string() const;
   // Plugin attributes (xla_version, stablehlo_current_version, ...) as text.
-  const std::vector<std::pair<std::string, std::string>>& attributes() const {
-    return attributes_;
-  }
+  const std::vector<std::pair<std::string, std::string>>& attributes() const { return attributes_; }
   std::string attribute(const std::string& name) const;
 
   bool has(Fn fn) const;
@@ -114,7 +111,6 @@ Args make_args(size_t struct_size) {
   return args;
 }
 
-#define TPU_ARGS(type, last) \
-  ::torch_tpu::runtime::make_args<type>(TPU_PJRT_STRUCT_SIZE(type, last))
+#define TPU_ARGS(type, last) ::torch_tpu::runtime::make_args<type>(TPU_PJRT_STRUCT_SIZE(type, last))
 
 }  // namespace torch_tpu::runtime

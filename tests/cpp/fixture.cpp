@@ -37,16 +37,25 @@ std::vector<double> to_doubles(const runtime::Buffer& buffer) {
   std::vector<char> bytes(buffer.byte_size());
   buffer.to_host(bytes.data()).await("copy to host");
   switch (buffer.type()) {
-    case ElementType::F32: return widen<float>(bytes);
-    case ElementType::F64: return widen<double>(bytes);
-    case ElementType::S32: return widen<int32_t>(bytes);
-    case ElementType::S64: return widen<int64_t>(bytes);
+    case ElementType::F32:
+      return widen<float>(bytes);
+    case ElementType::F64:
+      return widen<double>(bytes);
+    case ElementType::S32:
+      return widen<int32_t>(bytes);
+    case ElementType::S64:
+      return widen<int64_t>(bytes);
     case ElementType::U8:
-    case ElementType::Pred: return widen<uint8_t>(bytes);
-    case ElementType::S8: return widen<int8_t>(bytes);
-    case ElementType::U32: return widen<uint32_t>(bytes);
-    case ElementType::U64: return widen<uint64_t>(bytes);
-    default: throw std::runtime_error("to_doubles: unsupported type");
+    case ElementType::Pred:
+      return widen<uint8_t>(bytes);
+    case ElementType::S8:
+      return widen<int8_t>(bytes);
+    case ElementType::U32:
+      return widen<uint32_t>(bytes);
+    case ElementType::U64:
+      return widen<uint64_t>(bytes);
+    default:
+      throw std::runtime_error("to_doubles: unsupported type");
   }
 }
 
@@ -64,8 +73,7 @@ std::vector<std::vector<double>> run_program(hlo::Builder& b,
   return out;
 }
 
-runtime::BufferPtr upload_f32(const std::vector<float>& data,
-                              const std::vector<int64_t>& dims) {
+runtime::BufferPtr upload_f32(const std::vector<float>& data, const std::vector<int64_t>& dims) {
   return test_client().buffer_from_host(data.data(), ElementType::F32, dims, 0);
 }
 

@@ -14,11 +14,10 @@ runtime::Client& test_client();
 
 // Compiles `b` returning `results`, runs it on device 0 with `inputs` and
 // returns each output copied to the host as doubles.
-std::vector<std::vector<double>> run_program(
-    hlo::Builder& b, const std::vector<hlo::Value>& results,
-    const std::vector<runtime::Buffer*>& inputs);
+std::vector<std::vector<double>> run_program(hlo::Builder& b,
+                                             const std::vector<hlo::Value>& results,
+                                             const std::vector<runtime::Buffer*>& inputs);
 
-runtime::BufferPtr upload_f32(const std::vector<float>& data,
-                              const std::vector<int64_t>& dims);
+runtime::BufferPtr upload_f32(const std::vector<float>& data, const std::vector<int64_t>& dims);
 
 }  // namespace torch_tpu::testing

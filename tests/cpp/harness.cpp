@@ -24,9 +24,9 @@ int main(int argc, char** argv) {
     try {
       test.body();
       ++passed;
-      double ms = std::chrono::duration<double, std::milli>(
-                      std::chrono::steady_clock::now() - start)
-                      .count();
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
       std::printf("[ OK ] %s (%.0f ms)\n", test.name, ms);
     } catch (const std::exception& e) {
       ++failed;

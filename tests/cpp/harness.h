@@ -34,49 +34,48 @@ struct Register {
 
 #define TPU_CAT2(a, b) a##b
 #define TPU_CAT(a, b) TPU_CAT2(a, b)
-#define TEST(name)                                                       \
-  static void TPU_CAT(test_, name)();                                    \
-  static ::torch_tpu::testing::Register TPU_CAT(register_, name)(#name,  \
-                                                   TPU_CAT(test_, name)); \
+#define TEST(name)                                                                             \
+  static void TPU_CAT(test_, name)();                                                          \
+  static ::torch_tpu::testing::Register TPU_CAT(register_, name)(#name, TPU_CAT(test_, name)); \
   static void TPU_CAT(test_, name)()
 
-#define CHECK(cond)                                                         \
-  do {                                                                      \
+#define CHECK(cond)                                                                  \
+  do {                                                                               \
     if (!(cond)) ::torch_tpu::testing::fail("CHECK(" #cond ")", __FILE__, __LINE__); \
   } while (0)
 
-#define CHECK_EQ(a, b)                                                       \
-  do {                                                                       \
-    auto&& va = (a);                                                         \
-    auto&& vb = (b);                                                         \
-    if (!(va == vb)) {                                                       \
-      std::ostringstream s_;                                                 \
-      s_ << "CHECK_EQ(" #a ", " #b "): " << va << " != " << vb;              \
-      ::torch_tpu::testing::fail(s_.str(), __FILE__, __LINE__);              \
-    }                                                                        \
+#define CHECK_EQ(a, b)                                          \
+  do {                                                          \
+    auto&& va = (a);                                            \
+    auto&& vb = (b);                                            \
+    if (!(va == vb)) {                                          \
+      std::ostringstream s_;                                    \
+      s_ << "CHECK_EQ(" #a ", " #b "): " << va << " != " << vb; \
+      ::torch_tpu::testing::fail(s_.str(), __FILE__, __LINE__); \
+    }                                                           \
   } while (0)
 
-#define CHECK_NEAR(a, b, tol)                                                \
-  do {                                                                       \
-    double va = (a), vb = (b);                                               \
-    if (!(std::fabs(va - vb) <= (tol))) {                                    \
-      std::ostringstream s_;                                                 \
-      s_ << "CHECK_NEAR(" #a ", " #b "): " << va << " vs " << vb;            \
-      ::torch_tpu::testing::fail(s_.str(), __FILE__, __LINE__);              \
-    }                                                                        \
+#define CHECK_NEAR(a, b, tol)                                     \
+  do {                                                            \
+    double va = (a), vb = (b);                                    \
+    if (!(std::fabs(va - vb) <= (tol))) {                         \
+      std::ostringstream s_;                                      \
+      s_ << "CHECK_NEAR(" #a ", " #b "): " << va << " vs " << vb; \
+      ::torch_tpu::testing::fail(s_.str(), __FILE__, __LINE__);   \
+    }                                                             \
   } while (0)
 
-#define CHECK_THROWS(expr, substring)                                        \
-  do {                                                                       \
-    bool thrown_ = false;                                                    \
-    try {                                                                    \
-      (void)(expr);                                                          \
-    } catch (const std::exception& e_) {                                     \
-      thrown_ = true;                                                        \
-      if (std::string(e_.what()).find(substring) == std::string::npos) {     \
-        ::torch_tpu::testing::fail(std::string("unexpected message: ") + e_.what(), \
-                                   __FILE__, __LINE__);                      \
-      }                                                                      \
-    }                                                                        \
+#define CHECK_THROWS(expr, substring)                                                         \
+  do {                                                                                        \
+    bool thrown_ = false;                                                                     \
+    try {                                                                                     \
+      (void)(expr);                                                                           \
+    } catch (const std::exception& e_) {                                                      \
+      thrown_ = true;                                                                         \
+      if (std::string(e_.what()).find(substring) == std::string::npos) {                      \
+        ::torch_tpu::testing::fail(std::string("unexpected message: ") + e_.what(), __FILE__, \
+                                   __LINE__);                                                 \
+      }                                                                                       \
+    }                                                                                         \
     if (!thrown_) ::torch_tpu::testing::fail("no exception from " #expr, __FILE__, __LINE__); \
   } while (0)

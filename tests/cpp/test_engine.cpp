@@ -29,7 +29,12 @@ const ViewCase kCases[] = {
     {"permuted_block", {3, 2}, {1, 3}, 5},
     {"broadcast", {3, 4}, {0, 1}, 4},
     {"strided", {3, 2}, {8, 3}, 1},
-    {"diagonal", {4}, {5, }, 0},
+    {"diagonal",
+     {4},
+     {
+         5,
+     },
+     0},
     {"scalar", {}, {}, 7},
     {"size_one_dims", {1, 4, 1}, {99, 2, 7}, 3},
 };
@@ -99,7 +104,8 @@ TEST(engine_writes_every_view_layout) {
     TensorView dst = view(storage.get(), c);
     auto values = iota(dst.numel(), 100);
     auto src_slot = make_storage(values);
-    TensorView src{src_slot.get(), ElementType::F32, dst.sizes, engine::contiguous_strides(dst.sizes), 0};
+    TensorView src{src_slot.get(), ElementType::F32, dst.sizes,
+                   engine::contiguous_strides(dst.sizes), 0};
     engine::copy_view(src, dst, "test::copy");
     std::vector<float> expected = iota(24);
     auto idx = element_indices(c);

@@ -57,8 +57,8 @@ TEST(hlo_elementwise_broadcast_and_compare) {
 TEST(hlo_transpose_slice_reshape_concat_pad) {
   Builder b;
   auto x = b.parameter(f32({2, 3}));
-  auto t = b.transpose(x, {1, 0});                        // 3x2
-  auto s = b.slice(t, {1, 0}, {3, 2}, {1, 1});            // rows 1..2
+  auto t = b.transpose(x, {1, 0});              // 3x2
+  auto s = b.slice(t, {1, 0}, {3, 2}, {1, 1});  // rows 1..2
   auto r = b.reshape(s, {4});
   auto c = b.concatenate({r, b.full(f32({1}), 9.0)}, 0);  // 5
   auto p = b.pad(c, b.constant(0.0, ElementType::F32), {1}, {0}, {0});
@@ -86,14 +86,13 @@ TEST(hlo_reduce_and_argmax_pair) {
   auto x = b.parameter(f32({2, 3}));
   auto sum = b.reduce({x}, {b.constant(0.0, ElementType::F32)}, {1}, adder())[0];
   auto idx = b.iota(Shape{ElementType::S64, {2, 3}}, 1);
-  auto max = b.reduce(
-      {x, idx}, {b.constant(-1e30, ElementType::F32), b.constant_int(0, ElementType::S64)}, {1},
-      [](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
-        auto take_left = r.compare(a[0], a[2], hlo::Comparison::GE);
-        return {r.select(take_left, a[0], a[2]), r.select(take_left, a[1], a[3])};
-      });
-  auto out = run_program(b, {sum, max[0], max[1]},
-                         {upload_f32({1, 5, 3, 4, 2, 6}, {2, 3}).get()});
+  auto max =
+      b.reduce({x, idx}, {b.constant(-1e30, ElementType::F32), b.constant_int(0, ElementType::S64)},
+               {1}, [](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
+                 auto take_left = r.compare(a[0], a[2], hlo::Comparison::GE);
+                 return {r.select(take_left, a[0], a[2]), r.select(take_left, a[1], a[3])};
+               });
+  auto out = run_program(b, {sum, max[0], max[1]}, {upload_f32({1, 5, 3, 4, 2, 6}, {2, 3}).get()});
   CHECK((out[0] == std::vector<double>{9, 12}));
   CHECK((out[1] == std::vector<double>{5, 6}));
   CHECK((out[2] == std::vector<double>{1, 2}));
@@ -106,8 +105,9 @@ TEST(hlo_dot_general_batched) {
   hlo::DotDims d{{0}, {0}, {2}, {1}};
   auto y = b.dot_general(lhs, rhs, d, hlo::Precision::Highest, ElementType::F32);
   CHECK((y.dims() == hlo::Dims{1, 2, 1}));
-  auto out = run_program(b, {y}, {upload_f32({1, 2, 3, 4, 5, 6}, {1, 2, 3}).get(),
-                                  upload_f32({1, 1, 1}, {1, 3, 1}).get()});
+  auto out = run_program(
+      b, {y},
+      {upload_f32({1, 2, 3, 4, 5, 6}, {1, 2, 3}).get(), upload_f32({1, 1, 1}, {1, 3, 1}).get()});
   CHECK((out[0] == std::vector<double>{6, 15}));
 }
 
@@ -119,8 +119,9 @@ TEST(hlo_convolution_nchw) {
   hlo::ConvConfig c;
   auto y = b.convolution(x, w, d, c, hlo::Precision::Highest, ElementType::F32);
   CHECK((y.dims() == hlo::Dims{1, 1, 2, 2}));
-  auto out = run_program(b, {y}, {upload_f32({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3}).get(),
-                                  upload_f32({1, 0, 0, 1}, {1, 1, 2, 2}).get()});
+  auto out = run_program(b, {y},
+                         {upload_f32({1, 2, 3, 4, 5, 6, 7, 8, 9}, {1, 1, 3, 3}).get(),
+                          upload_f32({1, 0, 0, 1}, {1, 1, 2, 2}).get()});
   CHECK((out[0] == std::vector<double>{6, 8, 12, 14}));
 }
 

@@ -1,6 +1,7 @@
-#include <cstdlib>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
 
 #include "fixture.h"
 #include "harness.h"
@@ -37,9 +38,9 @@ TEST(runtime_device_to_device_copy) {
 }
 
 TEST(runtime_compile_error_carries_plugin_message) {
-  CHECK_THROWS(test_client().compile("module { this is not mlir }",
-                                     runtime::CompileOptions{}.serialize()),
-               "XLA compilation failed");
+  CHECK_THROWS(
+      test_client().compile("module { this is not mlir }", runtime::CompileOptions{}.serialize()),
+      "XLA compilation failed");
 }
 
 TEST(runtime_execute_on_second_device_with_donation) {
@@ -69,7 +70,8 @@ TEST(runtime_device_lock_names_holder) {
       _exit(1);
     } catch (const runtime::Error& e) {
       std::string msg = e.what();
-      _exit(msg.find("in use by process " + std::to_string(getppid())) != std::string::npos ? 0 : 2);
+      _exit(msg.find("in use by process " + std::to_string(getppid())) != std::string::npos ? 0
+                                                                                            : 2);
     }
   }
   int status = 0;
