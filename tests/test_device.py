@@ -321,3 +321,31 @@ def test_metrics_report_lists_counters():
     assert m["executions"] >= 1 and m["device_to_host_transfers"] >= 1
     report = torch_tpu.metrics_report()
     assert "compiles" in report and "CPU fallbacks" in report
+
+
+def test_several_cpu_devices():
+    out = run_python(
+        """
+        import torch
+        assert torch.tpu.device_count() == 2
+        a = torch.arange(4.0, device="tpu:1")
+        assert a.device == torch.device("tpu:1")
+        b = (a * 2).to("tpu:0")
+        assert b.device == torch.device("tpu:0")
+        with torch.tpu.device(1):
+            c = torch.ones(4, device="tpu")
+        assert c.device.index == 1
+        print((a + c).cpu().tolist(), b.cpu().tolist())
+        try:
+            a + b
+        except RuntimeError as e:
+            print("ERROR", "same device" in str(e))
+        """,
+        TORCH_TPU_NUM_DEVICES="2",
+        TORCH_TPU_LOCK_DIR=os.path.join(os.environ["TORCH_TPU_LOCK_DIR"], "two"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "[1.0, 2.0, 3.0, 4.0] [0.0, 2.0, 4.0, 6.0]",
+        "ERROR True",
+    ]
