@@ -655,10 +655,13 @@ std::vector<std::string> register_lowered_ops() {
     bind(name, rule, std::nullopt);
     if (base.back() == '_') continue;  // the rule is itself in-place
     const auto& fargs = functional->schema().arguments();
-    c10::OperatorName inplace{base + "_", overload};
-    auto inplace_handle = dispatcher.findOp(inplace);
-    if (inplace_handle && same_arguments(inplace_handle->schema().arguments(), fargs)) {
-      bind(inplace, rule, std::nullopt);
+    // In-place variants take the same arguments; their overload name may
+    // differ (pow_.Tensor is the in-place pow.Tensor_Tensor).
+    for (const auto& inplace : by_base[base + "_"]) {
+      auto handle = dispatcher.findOp(inplace);
+      if (handle && same_arguments(handle->schema().arguments(), fargs)) {
+        bind(inplace, rule, std::nullopt);
+      }
     }
     for (const auto& candidate : by_base[base]) {
       auto handle = dispatcher.findOp(candidate);

@@ -576,9 +576,9 @@ Value pow_by_scalar(Builder& b, const Value& x, const Value& e) {
   return r;
 }
 
-// One rule for every overload: the engine derives pow_.Scalar (whose
-// exponent is the Scalar) from pow.Scalar (whose base is), so the rule tells
-// a Python-number exponent by its operand category.
+// One rule for every overload (pow_.Scalar, the in-place form of
+// pow.Tensor_Scalar, reaches it too); a Python-number exponent is told by its
+// operand category.
 std::vector<Value> pow(Context& c, const Args& a) {
   ET t = common_type(a, {0, 1});
   bool scalar_exponent = a.operand(1).category == Category::WrappedNumber;
@@ -855,11 +855,10 @@ ELEMENTWISE(sub, "sub.Tensor", "sub.Scalar");
 ELEMENTWISE(rsub, "rsub.Tensor", "rsub.Scalar");
 ELEMENTWISE(mul, "mul.Tensor", "mul.Scalar");
 ELEMENTWISE(div, "div.Tensor", "div.Scalar", "div.Tensor_mode", "div.Scalar_mode");
-// (In-place forms whose names the engine cannot derive are listed too.)
-ELEMENTWISE(floor_divide, "floor_divide", "floor_divide.Scalar", "floor_divide_.Tensor");
+ELEMENTWISE(floor_divide, "floor_divide", "floor_divide.Scalar");
 ELEMENTWISE(remainder, "remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor");
 ELEMENTWISE(fmod, "fmod.Tensor", "fmod.Scalar");
-ELEMENTWISE(pow, "pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Scalar", "pow_.Tensor");
+ELEMENTWISE(pow, "pow.Tensor_Tensor", "pow.Tensor_Scalar", "pow.Scalar");
 
 // binary math
 ELEMENTWISE(binary_math<atan2_of>, "atan2");
