@@ -296,3 +296,18 @@ def test_version_counter_tracks_inplace():
     v0 = x._version
     x[1:].fill_(1)
     assert x._version > v0
+
+
+def test_dtype_views_of_other_widths():
+    def fn(device):
+        x = torch.tensor([1.5, -2.0, 3.25]).to(device)
+        u = x.view(torch.uint8)
+        u[0] = 7
+        halves = x.view(torch.int16)
+        c = torch.tensor([1 + 2j, 3 - 4j]).to(device)
+        r = torch.view_as_real(c)
+        r[1, 0] = 10
+        z = torch.view_as_complex(torch.arange(6.0).reshape(3, 2).to(device))
+        return x, u, halves, c, r, z
+
+    run_both(fn)

@@ -18,9 +18,9 @@ def _autoload() -> None:
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-import torch
+import torch  # noqa: E402
 
-from . import _C, _platform
+from . import _C, _platform  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -61,8 +61,8 @@ def _register() -> None:
 platform_selection = _configure_backend()
 _register()
 
-from .metrics import metrics, metrics_report, reset_metrics
-from .precision import Precision, _init_from_env
+from .metrics import metrics, metrics_report, reset_metrics  # noqa: E402
+from .precision import Precision, _init_from_env  # noqa: E402
 
 _init_from_env()
 

@@ -46,8 +46,25 @@ Value reinterpret(Builder& b, const Value& x, ElementType type) {
   if (type == ElementType::Pred) {
     return b.compare(x, b.full(x.shape, 0), hlo::Comparison::NE);
   }
-  if (x.type() == ElementType::Pred) return b.convert(x, type);
-  return b.bitcast_convert(x, type);
+  if (x.type() == ElementType::Pred) return reinterpret(b, b.convert(x, ElementType::U8), type);
+  int64_t n = x.dim(0);
+  // Complex storage is pairs of reals (XLA does not bitcast complex types).
+  if (is_complex(x.type())) {
+    Value re = b.reshape(b.real(x), {n, 1}), im = b.reshape(b.imag(x), {n, 1});
+    return reinterpret(b, b.reshape(b.concatenate({re, im}, 1), {2 * n}), type);
+  }
+  if (is_complex(type)) {
+    ElementType part = complex_component(type);
+    int64_t count = n * element_size(x.type()) / element_size(type);
+    Value pairs = b.reshape(reinterpret(b, x, part), {count, 2});
+    Value re = b.slice(pairs, {0, 0}, {pairs.dim(0), 1}, {1, 1});
+    Value im = b.slice(pairs, {0, 1}, {pairs.dim(0), 2}, {1, 1});
+    return b.complex(b.reshape(re, {pairs.dim(0)}), b.reshape(im, {pairs.dim(0)}));
+  }
+  int from = element_size(x.type()), to = element_size(type);
+  if (from == to) return b.bitcast_convert(x, type);
+  if (to < from) return b.reshape(b.bitcast_convert(x, type), {n * (from / to)});
+  return b.bitcast_convert(b.reshape(x, {n / (to / from), to / from}), type);
 }
 
 namespace {

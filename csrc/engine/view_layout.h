@@ -41,7 +41,8 @@ Value read_view(Builder& b, const Value& storage, const TensorView& view, const 
 Value write_view(Builder& b, const Value& storage, const TensorView& view, const ViewLayout& layout,
                  const std::optional<Value>& offset, const Value& value);
 
-// Reinterprets the bits of `x` as `type` (same width; pred <-> 8-bit ints).
+// Reinterprets the bits of the flat (rank-1) storage value `x` as `type`;
+// widths may differ (a float32 storage read as bytes has 4x the elements).
 Value reinterpret(Builder& b, const Value& x, ElementType type);
 
 }  // namespace torch_tpu::engine

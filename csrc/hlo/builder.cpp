@@ -328,10 +328,18 @@ Value Builder::convert(const Value& x, ElementType type) {
 
 Value Builder::bitcast_convert(const Value& x, ElementType type) {
   if (x.type() == type) return x;
-  if (element_size(x.type()) != element_size(type)) {
-    fail("bitcast_convert between types of different widths");
+  int from = element_size(x.type()), to = element_size(type);
+  Dims dims = x.dims();
+  if (to < from) {
+    dims.push_back(from / to);  // each element becomes a row of narrower ones
+  } else if (to > from) {
+    if (x.rank() == 0 || dims.back() != to / from) {
+      fail("bitcast_convert to a wider type needs a last dimension of " +
+           std::to_string(to / from));
+    }
+    dims.pop_back();
   }
-  return emit1("stablehlo.bitcast_convert", {x}, "", Shape{type, x.dims()});
+  return emit1("stablehlo.bitcast_convert", {x}, "", Shape{type, dims});
 }
 
 Value Builder::complex(const Value& real, const Value& imag) {

@@ -1,0 +1,251 @@
+"""Runs PyTorch's OpInfo samples on ``tpu`` and compares them with the CPU.
+
+Shared by ``tests/test_ops.py`` and ``python -m torch_tpu.tools.op_coverage``. One call
+checks one OpInfo entry at one dtype: its sample inputs (and a non-contiguous copy of the
+first), the outputs, and for float32 the gradients of differentiable entries. A result
+records which ATen ops fell back to the CPU on the way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+import math
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+import torch_tpu
+
+# Tolerances by dtype. float32 allows a few ulp more than torch.testing's default
+# (1.3e-6): XLA's transcendental functions are a few ulp from the CPU's.
+TOLERANCES = {
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.float64: dict(rtol=1e-7, atol=1e-7),
+    torch.bfloat16: dict(rtol=1.6e-2, atol=1e-2),
+    torch.float16: dict(rtol=1e-3, atol=1e-3),
+    torch.complex64: dict(rtol=1e-5, atol=1e-5),
+}
+
+
+@dataclasses.dataclass
+class Result:
+    status: str  # "pass", "fail", "fallback", "skip"
+    detail: str = ""
+    fallbacks: frozenset[str] = frozenset()
+    samples: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("pass", "skip")
+
+
+def entry_name(op) -> str:
+    return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
+
+
+def _to(sample, device):
+    """The sample with every tensor copied to ``device`` (leaves keep requires_grad)."""
+
+    def move(t):
+        if isinstance(t, torch.Tensor):
+            copy = t.detach().to(device)
+            copy = copy.clone() if copy.data_ptr() == t.data_ptr() else copy
+            return copy.requires_grad_(t.requires_grad)
+        return t
+
+    return sample.transform(move)
+
+
+def _fallbacks() -> dict[str, int]:
+    return dict(torch_tpu.metrics()["fallbacks"])
+
+
+def _new_fallbacks(before: dict[str, int]) -> set[str]:
+    after = _fallbacks()
+    return {op for op, n in after.items() if n != before.get(op, 0)}
+
+
+def _compare(actual, expected, dtype) -> str | None:
+    a_leaves, a_spec = tree_flatten(actual)
+    e_leaves, e_spec = tree_flatten(expected)
+    if a_spec != e_spec:
+        return f"result structure {a_spec} != {e_spec}"
+    tol = TOLERANCES.get(dtype, dict(rtol=0, atol=0))
+    for a, e in zip(a_leaves, e_leaves):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                return f"expected a tensor, got {type(a).__name__}"
+            if e.layout != torch.strided:
+                continue
+            a_cpu = a.detach().cpu()
+            e_cpu = e.detach()
+            if a_cpu.dtype != e_cpu.dtype or a_cpu.shape != e_cpu.shape:
+                return f"{a_cpu.dtype}{list(a_cpu.shape)} != {e_cpu.dtype}{list(e_cpu.shape)}"
+            ftol = (
+                TOLERANCES.get(e_cpu.dtype, dict(rtol=0, atol=0))
+                if e_cpu.is_floating_point() or e_cpu.is_complex()
+                else dict(rtol=0, atol=0)
+            )
+            try:
+                torch.testing.assert_close(a_cpu, e_cpu, equal_nan=True, **ftol)
+            except AssertionError as err:
+                return str(err).split("\n\n")[0].replace("\n", " ")[:300]
+        elif isinstance(e, float) and isinstance(a, float):
+            if not (
+                a == e
+                or (math.isnan(a) and math.isnan(e))
+                or abs(a - e) <= tol["atol"] + tol["rtol"] * abs(e)
+            ):
+                return f"{a} != {e}"
+        elif a != e:
+            return f"{a!r} != {e!r}"
+    return None
+
+
+def _call(op, sample):
+    return op(sample.input, *sample.args, **sample.kwargs)
+
+
+def _is_random(op, sample) -> bool:
+    """An entry whose CPU results change with the seed (nothing to compare)."""
+
+    def fresh():  # in-place random ops overwrite their input
+        return sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
+
+    try:
+        torch.manual_seed(0)
+        first = _call(op, fresh())
+        torch.manual_seed(1)
+        second = _call(op, fresh())
+    except Exception:
+        return False
+    return _compare(second, first, torch.float64) is not None
+
+
+def _grads(op, sample):
+    """Gradients of a fixed projection of the outputs w.r.t. the float inputs."""
+    moved = sample
+    out = _call(op, moved)
+    leaves = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+    inputs = [
+        t
+        for t in tree_flatten((moved.input, moved.args, moved.kwargs))[0]
+        if isinstance(t, torch.Tensor) and t.requires_grad
+    ]
+    if not leaves or not inputs:
+        return None
+    g = torch.Generator().manual_seed(0)
+    cotangents = [torch.randn(t.shape, generator=g, dtype=t.dtype).to(t.device) for t in leaves]
+    grads = torch.autograd.grad(leaves, inputs, cotangents, allow_unused=True)
+    return [None if x is None else x.detach() for x in grads]
+
+
+def _seeds_itself(op) -> bool:
+    """Random entries wrap their op in ``wrapper_set_seed``: seeded, the CPU is
+    deterministic, but the tpu generator draws other numbers."""
+    try:
+        return "wrapper_set_seed" in inspect.getsource(op.op)
+    except (OSError, TypeError):
+        return False
+
+
+def _samples(op, dtype, requires_grad, count):
+    # Samples are made on tpu, as PyTorch's device tests make them on their device:
+    # tensors an op needs on the CPU (tensor_split's indices) stay there.
+    return list(
+        itertools.islice(op.sample_inputs("tpu", dtype, requires_grad=requires_grad), count)
+    )
+
+
+def run_entry(op, dtype: torch.dtype, *, max_samples: int = 4, check_grad: bool = True) -> Result:
+    """Checks OpInfo entry ``op`` at ``dtype`` on tpu against the CPU."""
+    if _seeds_itself(op):
+        return Result("skip", "random op: results depend on the generator")
+    try:
+        samples = _samples(op, dtype, False, max_samples)
+        if samples:
+            samples.append(samples[0].noncontiguous())
+    except Exception as err:  # the OpInfo itself cannot build samples here
+        return Result("skip", f"no samples: {type(err).__name__}: {err}")
+    fallbacks: set[str] = set()
+    compared = 0
+    for index, sample in enumerate(samples):
+        cpu_sample = _to(sample, "cpu")
+        try:
+            expected = _call(op, cpu_sample)
+        except Exception:
+            continue  # the CPU rejects this sample too
+        if _is_random(op, _to(sample, "cpu")):
+            return Result("skip", "random op: results depend on the generator", samples=compared)
+        before = _fallbacks()
+        try:
+            actual = _call(op, sample)
+        except Exception as err:
+            return Result(
+                "fail",
+                f"sample {index}: {type(err).__name__}: {str(err)[:300]}",
+                frozenset(fallbacks | _new_fallbacks(before)),
+                compared,
+            )
+        fallbacks |= _new_fallbacks(before)
+        problem = _compare(actual, expected, dtype)
+        if problem:
+            return Result("fail", f"sample {index}: {problem}", frozenset(fallbacks), compared)
+        compared += 1
+    if check_grad and op.supports_autograd and dtype in (torch.float32, torch.float64):
+        try:
+            grad_samples = _samples(op, dtype, True, 2)
+        except Exception:
+            grad_samples = []
+        for index, sample in enumerate(grad_samples):
+            try:
+                expected = _grads(op, _to(sample, "cpu"))
+            except Exception:
+                continue
+            if expected is None:
+                continue
+            before = _fallbacks()
+            try:
+                actual = _grads(op, sample)
+            except Exception as err:
+                return Result(
+                    "fail",
+                    f"grad sample {index}: {type(err).__name__}: {str(err)[:300]}",
+                    frozenset(fallbacks | _new_fallbacks(before)),
+                    compared,
+                )
+            fallbacks |= _new_fallbacks(before)
+            problem = _compare(actual, expected, dtype)
+            if problem:
+                return Result(
+                    "fail", f"grad sample {index}: {problem}", frozenset(fallbacks), compared
+                )
+    if compared == 0:
+        return Result("skip", "the CPU rejects every sample")
+    if fallbacks:
+        return Result(
+            "fallback", "fell back: " + ", ".join(sorted(fallbacks)), frozenset(fallbacks), compared
+        )
+    return Result("pass", samples=compared)
+
+
+def dtypes_to_check(op) -> list[torch.dtype]:
+    """float32 always (when supported), plus one of each other kind the entry supports."""
+    supported = op.supported_dtypes("cpu")
+    chosen = []
+    for group in (
+        (torch.float32,),
+        (torch.bfloat16,),
+        (torch.float16,),
+        (torch.int64, torch.int32),
+        (torch.uint8, torch.int8, torch.int16),
+        (torch.bool,),
+        (torch.complex64,),
+    ):
+        for dtype in group:
+            if dtype in supported:
+                chosen.append(dtype)
+                break
+    return chosen
