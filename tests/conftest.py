@@ -5,8 +5,10 @@ import tempfile
 # pass) is tested on its own in test_precision.py.
 os.environ.setdefault("TORCH_TPU_PRECISION", "HIGHEST")
 # Each test session locks the devices in its own directory, so concurrent
-# sessions (and subprocesses started by tests) do not collide.
-os.environ.setdefault("TORCH_TPU_LOCK_DIR", tempfile.mkdtemp(prefix="torch_tpu_locks_"))
+# sessions (and subprocesses started by tests) do not collide; pytest-xdist
+# workers inherit the controller's environment, so each takes its own.
+if os.environ.get("PYTEST_XDIST_WORKER") or "TORCH_TPU_LOCK_DIR" not in os.environ:
+    os.environ["TORCH_TPU_LOCK_DIR"] = tempfile.mkdtemp(prefix="torch_tpu_locks_")
 
 import pytest
 

@@ -311,3 +311,22 @@ def test_dtype_views_of_other_widths():
         return x, u, halves, c, r, z
 
     run_both(fn)
+
+
+def test_conjugate_and_negative_bits():
+    x = torch.randn(3, 4, dtype=torch.complex64)
+    xt = x.to("tpu")
+    torch.testing.assert_close(xt.conj().cpu(), x.conj())
+    torch.testing.assert_close(torch._neg_view(xt.conj()).cpu(), -x.conj())
+    torch.testing.assert_close(x.conj().to("tpu").cpu(), x.conj())
+    torch.testing.assert_close(x.conj().to("tpu", torch.complex128).cpu(), x.conj().cdouble())
+    # Written through a conjugate view: the storage holds the conjugate.
+    y = torch.zeros(3, 4, dtype=torch.complex64, device="tpu")
+    y.conj().copy_(xt)
+    torch.testing.assert_close(y.cpu(), x.conj())
+    z = torch.zeros(3, 4, dtype=torch.complex64)
+    z.conj().copy_(xt)
+    torch.testing.assert_close(z, x.conj())
+    # Kernels that take lazily conjugated inputs (mm, vdot) see their values.
+    with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
+        torch.testing.assert_close((xt.conj() @ xt.t()).cpu(), x.conj() @ x.t())

@@ -35,6 +35,12 @@ at::Tensor upload(const at::Tensor& src, at::ScalarType dtype, c10::DeviceIndex 
   return t;
 }
 
+// An alias of `t` without the lazy conjugate and negative bits: its raw values.
+at::Tensor raw_values(const at::Tensor& t) {
+  at::Tensor raw = t.is_conj() ? at::_conj(t) : t;
+  return raw.is_neg() ? at::_neg_view(raw) : raw;
+}
+
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   TORCH_CHECK(self.defined() && src.defined(), "copy_: undefined tensor");
   auto shape = at::infer_size(self.sizes(), src.sizes());
@@ -57,7 +63,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     }
   } else if (is_tpu(self)) {
     TORCH_CHECK(src.device().is_cpu(), "copy_ from ", src.device(), " to tpu is not supported");
-    at::Tensor staged = upload(src, self.scalar_type(), self.device().index());
+    at::Tensor staged = upload(raw_values(src), self.scalar_type(), self.device().index());
     copy_on_device(self, staged);
   } else {
     TORCH_CHECK(self.device().is_cpu(), "copy_ from tpu to ", self.device(), " is not supported");
@@ -68,9 +74,12 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     } else {
       at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU));
       engine::download_view(view, host.data_ptr());
-      self.copy_(host);
+      raw_values(self).copy_(host);
     }
   }
+  // The copy moved raw values; like CUDA's copy, fix up the lazy bits after.
+  if (self.is_conj() != src.is_conj()) self.conj_physical_();
+  if (self.is_neg() != src.is_neg()) self.neg_();
   return self;
 }
 

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "aten/cpu_fallback.h"
+#include "aten/data_dependent.h"
 #include "aten/generator.h"
 #include "aten/tensor_bridge.h"
 #include "engine/executor.h"
@@ -37,6 +38,7 @@ struct Binding {
   std::vector<int> return_alias;  // per return: index into `mutated`, or -1
   int generator_arg = -1;
   bool has_tensor_inputs = false;  // else a factory: scalars may shape the result
+  ArgumentRewrite rewrite = nullptr;
   // Meta results by argument signature: the meta kernel runs once per signature.
   mutable std::mutex meta_mutex;
   mutable std::unordered_map<std::string, MetaResult> meta_cache;
@@ -65,6 +67,7 @@ void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Ru
   b.rule = rule;
   b.name = full_name(schema.operator_name());
   b.rule_args = rule_args;
+  b.rewrite = find_argument_rewrite(b.name);
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (is_write(args[i]) || written_without_annotation(b.name, i)) b.mutated.push_back(i);
@@ -301,6 +304,30 @@ void for_each_tensor(const c10::IValue& v, const std::function<void(const at::Te
   }
 }
 
+// The values of a lazily conjugated or negated tensor, computed by lowered ops
+// on its raw values (resolve_conj would dispatch back here).
+at::Tensor values_of(const at::Tensor& t) {
+  if (t.is_conj()) return at::_conj_physical(values_of(at::_conj(t)));
+  if (t.is_neg()) return at::neg(at::_neg_view(t));
+  return t;
+}
+
+// Some operators (mm, dot, clone, ...) receive lazily conjugated or negated
+// inputs: PyTorch lets kernels fold those bits into BLAS calls. Rules see
+// values, so inputs are resolved first.
+void resolve_math_bits(torch::jit::Stack& stack, size_t num_args, const Binding& binding) {
+  const size_t first = stack.size() - num_args;
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& v = stack[first + i];
+    if (!v.isTensor() ||
+        std::find(binding.mutated.begin(), binding.mutated.end(), i) != binding.mutated.end()) {
+      continue;
+    }
+    const at::Tensor& t = v.toTensor();
+    if (t.defined() && (t.is_conj() || t.is_neg())) v = values_of(t);
+  }
+}
+
 // ---------------------------------------------------------------- meta cache
 
 // A signature of the arguments that determines what the meta kernel says:
@@ -484,6 +511,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const Binding& binding = bindings().at(full_name(op.operator_name()));
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
+  if (binding.rewrite) binding.rewrite(*stack, num_args);
+  resolve_math_bits(*stack, num_args, binding);
   auto args = torch::jit::last(*stack, num_args);
 
   // Device of the op; CPU tensors are only allowed as zero-dim scalars.

@@ -202,13 +202,50 @@ std::vector<Value> index_put(Context& c, const Args& a) {
                       accumulate ? combiner("sum") : replace())};
 }
 
+// nonzero_static(self, *, int size, int fill_value=-1): the coordinates of the
+// first `size` nonzero elements in row-major order, padded with fill_value. A
+// stable sort of the flat positions, nonzero ones first, puts them in order.
+std::vector<Value> nonzero_static(Context& c, const Args& a) {
+  Value x = a.tensor(0);
+  const Shape& out = c.output(0);
+  const double fill = static_cast<double>(a.integer(2));
+  int64_t size = out.dims[0], n = x.shape.numel(), rank = x.rank();
+  int64_t kept = std::min(size, n);
+  if (kept == 0 || rank == 0) return {c.b.full(out, fill)};  // nothing to locate
+  Value flat = c.b.reshape(x, {n});
+  Value is_zero = c.b.compare(flat, c.b.full({flat.type(), {n}}, 0), hlo::Comparison::EQ);
+  Value position = c.b.iota({ElementType::S64, {n}}, 0);
+  auto sorted = c.b.sort({convert(c.b, is_zero, ElementType::S32), position}, 0, true,
+                         [](Builder& b, const std::vector<Value>& v) {
+                           return std::vector<Value>{b.compare(v[0], v[1], hlo::Comparison::LT)};
+                         });
+  // The first min(size, n) positions; slots past the nonzero ones take fill_value.
+  Value first = c.b.slice(sorted[1], {0}, {kept}, {1});
+  Value valid = c.b.compare(c.b.slice(sorted[0], {0}, {kept}, {1}),
+                            c.b.full({ElementType::S32, {kept}}, 0), hlo::Comparison::EQ);
+  std::vector<Value> coords;
+  int64_t stride = n;
+  for (int64_t d = 0; d < rank; ++d) {
+    stride /= x.dim(d);
+    Value coord = c.b.div(first, c.b.full({ElementType::S64, {kept}}, static_cast<double>(stride)));
+    coord = c.b.rem(coord, c.b.full({ElementType::S64, {kept}}, static_cast<double>(x.dim(d))));
+    coords.push_back(c.b.reshape(coord, {kept, 1}));
+  }
+  Value result =
+      c.b.select(c.b.broadcast_in_dim(valid, {kept, rank}, {0}), c.b.concatenate(coords, 1),
+                 c.b.full({ElementType::S64, {kept, rank}}, fill));
+  if (kept == size) return {result};
+  return {c.b.concatenate({result, c.b.full({ElementType::S64, {size - kept, rank}}, fill)}, 0)};
+}
+
 }  // namespace
 
+TPU_LOWERING(nonzero_static, "nonzero_static");
 TPU_LOWERING(gather, "gather");
 TPU_LOWERING(scatter, "scatter.src", "scatter.value");
 TPU_LOWERING(scatter_reduce_legacy, "scatter.reduce", "scatter.value_reduce");
 TPU_LOWERING(scatter_add, "scatter_add");
 TPU_LOWERING(index, "index.Tensor");
-TPU_LOWERING(index_put, "index_put");
+TPU_LOWERING(index_put, "index_put", "_index_put_impl_");
 
 }  // namespace torch_tpu::lower
