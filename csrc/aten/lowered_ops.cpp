@@ -464,6 +464,29 @@ std::vector<std::optional<TensorMeta>> tensor_metas(const c10::IValue& v) {
 
 // Runs PyTorch's meta kernel (which raises PyTorch's own errors for invalid
 // calls); nullopt when the operator has no meta kernel.
+// What an in-place operator with no meta kernel (_fused_adam_.tensor_lr)
+// does to shapes: nothing. Its results are its mutated arguments, unresized.
+// nullopt for other operators (out= arguments may be resized).
+std::optional<MetaResult> in_place_meta(const Binding& binding, const c10::FunctionSchema& schema,
+                                        c10::ArrayRef<c10::IValue> args) {
+  for (size_t m : binding.mutated) {
+    if (schema.arguments()[m].kwarg_only()) return std::nullopt;
+  }
+  MetaResult result;
+  for (int alias : binding.return_alias) {
+    if (alias < 0) return std::nullopt;
+    const c10::IValue& v = args[binding.mutated[alias]];
+    result.is_list.push_back(!v.isTensor());
+    result.returns.push_back(tensor_metas(v));
+  }
+  for (size_t m : binding.mutated) {
+    std::vector<std::vector<int64_t>> sizes;
+    for_each_tensor(args[m], [&](const at::Tensor& t) { sizes.push_back(t.sizes().vec()); });
+    result.mutated_sizes.push_back(std::move(sizes));
+  }
+  return result;
+}
+
 std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHandle& op,
                                    c10::ArrayRef<c10::IValue> args) {
   MetaConverter meta;
@@ -474,7 +497,7 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
   } catch (const c10::NotImplementedError&) {
-    return std::nullopt;
+    return in_place_meta(binding, op.schema(), args);
   }
   MetaResult result;
   for (const c10::IValue& r : meta_stack) {
