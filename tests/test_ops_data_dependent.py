@@ -119,3 +119,19 @@ def test_unique_float_nan_and_empty():
     check(lambda t: torch.unique(t, return_counts=True, return_inverse=True), x)
     check(lambda t: torch.unique(t, return_inverse=True), torch.zeros(0))
     check(torch.unique, torch.tensor([True, False, True]))
+
+
+def test_assert_async():
+    torch._assert_async(torch.tensor(1.0, device="tpu"))
+    torch._assert_async(torch.tensor(True, device="tpu"), "fine")
+    with pytest.raises(RuntimeError, match="single nonzero value"):
+        torch._assert_async(torch.tensor(0, device="tpu"))
+    with pytest.raises(RuntimeError, match="index out of range"):
+        torch._assert_async(torch.tensor(False, device="tpu"), "index out of range")
+
+
+def test_is_set_to():
+    x = torch.randn(4, device="tpu")
+    y = torch.empty(0, device="tpu").set_(x)
+    assert y.is_set_to(x) and x.is_set_to(y)
+    assert not x.is_set_to(x.clone())

@@ -133,6 +133,23 @@ at::Tensor repeat_interleave_tpu(const at::Tensor& repeats,
   return (marks.slice(0, 0, total).cumsum(0) - 1).to(repeats.scalar_type());
 }
 
+// torch._assert_async: CUDA checks on the device; here the check reads the
+// value back (one synchronisation).
+void assert_async_msg(const at::Tensor& self, c10::string_view message) {
+  TORCH_CHECK(self.numel() == 1, "Boolean value of Tensor with more than one value is ambiguous");
+  TORCH_CHECK(self.item().toBool(), message);
+}
+
+void assert_async(const at::Tensor& self) {
+  assert_async_msg(self, "Expected Tensor with single nonzero value, but got zero");
+}
+
+at::Tensor functional_assert_async(const at::Tensor& self, c10::string_view message,
+                                   const at::Tensor& dep_token) {
+  assert_async_msg(self, message);
+  return dep_token.clone();
+}
+
 // ---------------------------------------------------------------- unique
 
 using UniqueResult = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
@@ -239,6 +256,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("masked_select", masked_select_tpu);
   m.impl("masked_select.out", masked_select_out);
   m.impl("equal", equal_tpu);
+  m.impl("_assert_async", assert_async);
+  m.impl("_assert_async.msg", assert_async_msg);
+  m.impl("_functional_assert_async.msg", functional_assert_async);
   m.impl("bincount", bincount_tpu);
   m.impl("repeat_interleave.Tensor", repeat_interleave_tpu);
   m.impl("_unique", unique_tpu);

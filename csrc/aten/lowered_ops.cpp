@@ -492,6 +492,9 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
   MetaConverter meta;
   torch::jit::Stack meta_stack;
   for (const c10::IValue& v : args) meta_stack.push_back(meta.convert(v));
+  // The generator never shapes results, and some meta kernels (exponential_'s
+  // reference) refuse any generator.
+  if (binding.generator_arg >= 0) meta_stack[binding.generator_arg] = c10::IValue();
   std::vector<c10::IValue> mutated;  // the meta stand-ins of written arguments
   for (size_t m : binding.mutated) mutated.push_back(meta_stack[m]);
   try {

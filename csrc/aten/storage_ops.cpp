@@ -136,6 +136,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unfold", at::native::unfold);
   m.impl("view_as_real", at::native::view_as_real);
   m.impl("view_as_complex", at::native::view_as_complex);
+  m.impl("is_set_to", at::native::is_set_to);
 }
 
 }  // namespace torch_tpu::aten

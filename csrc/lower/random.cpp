@@ -168,7 +168,7 @@ std::vector<Value> native_dropout(Context& c, const Args& a) {
 std::vector<Value> native_dropout_backward(Context& c, const Args& a) {
   Builder& b = c.b;
   Value g = a.tensor(0);
-  ElementType t = accumulation_type(g.type());
+  ElementType t = accumulation_type(c.output(0).type);
   Value scaled = b.mul(convert(b, g, t), b.full({t, g.dims()}, a.real(2)));
   Value mask = convert(b, a.tensor(1), ElementType::Pred);
   return {b.select(mask, scaled, b.full({t, g.dims()}, 0))};

@@ -8,8 +8,8 @@ records which ATen ops fell back to the CPU on the way.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import inspect
 import itertools
 import math
 
@@ -92,7 +92,7 @@ def _compare(actual, expected, dtype) -> str | None:
                 a_cpu = a.detach().cpu()
             except Exception as err:
                 return f"cannot read the result: {type(err).__name__}: {err}"
-            e_cpu = e.detach()
+            e_cpu = e.detach().cpu()
             if a_cpu.dtype != e_cpu.dtype or a_cpu.shape != e_cpu.shape:
                 return f"{a_cpu.dtype}{list(a_cpu.shape)} != {e_cpu.dtype}{list(e_cpu.shape)}"
             ftol = (
@@ -138,7 +138,9 @@ def _float32_reference(op, cpu_sample, dtype):
 
 
 def _is_random(op, sample) -> bool:
-    """An entry whose CPU results change with the seed (nothing to compare)."""
+    """A sample whose results change with the seed (nothing to compare: the CPU and
+    tpu generators draw different numbers). Checked on the CPU and on tpu, as entries
+    that seed themselves (``wrapper_set_seed``) are deterministic on one device."""
 
     def fresh():  # in-place random ops overwrite their input
         return sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
@@ -171,13 +173,20 @@ def _grads(op, sample):
     return [None if x is None else x.detach() for x in grads]
 
 
-def _seeds_itself(op) -> bool:
-    """Random entries wrap their op in ``wrapper_set_seed``: seeded, the CPU is
-    deterministic, but the tpu generator draws other numbers."""
+@contextlib.contextmanager
+def _unseeded(op):
+    """Random entries wrap their op in ``wrapper_set_seed`` (which reseeds every
+    generator, the tpu's too): unwrapped, random samples show as random."""
+    names = getattr(op.op, "__globals__", {})
+    saved = names.get("wrapper_set_seed")
+    if saved is None:
+        yield
+        return
+    names["wrapper_set_seed"] = lambda fn, *args, **kwargs: fn(*args, **kwargs)
     try:
-        return "wrapper_set_seed" in inspect.getsource(op.op)
-    except (OSError, TypeError):
-        return False
+        yield
+    finally:
+        names["wrapper_set_seed"] = saved
 
 
 def _samples(op, dtype, requires_grad, count):
@@ -190,8 +199,13 @@ def _samples(op, dtype, requires_grad, count):
 
 def run_entry(op, dtype: torch.dtype, *, max_samples: int = 4, check_grad: bool = True) -> Result:
     """Checks OpInfo entry ``op`` at ``dtype`` on tpu against the CPU."""
-    if _seeds_itself(op):
-        return Result("skip", "random op: results depend on the generator")
+    with _unseeded(op):
+        return _run_entry(op, dtype, max_samples, check_grad)
+
+
+def _run_entry(op, dtype, max_samples, check_grad) -> Result:
+    if op.name.startswith(("empty", "new_empty")):
+        return Result("skip", "results are uninitialized memory")
     try:
         samples = _samples(op, dtype, False, max_samples)
         if samples:
@@ -199,7 +213,7 @@ def run_entry(op, dtype: torch.dtype, *, max_samples: int = 4, check_grad: bool 
     except Exception as err:  # the OpInfo itself cannot build samples here
         return Result("skip", f"no samples: {type(err).__name__}: {err}")
     fallbacks: set[str] = set()
-    compared = 0
+    compared = random = 0
     for index, sample in enumerate(samples):
         cpu_sample = _to(sample, "cpu")
         pristine = _to(sample, "cpu")  # the op may write its inputs
@@ -207,8 +221,9 @@ def run_entry(op, dtype: torch.dtype, *, max_samples: int = 4, check_grad: bool 
             expected = _call(op, cpu_sample)
         except Exception:
             continue  # the CPU rejects this sample too
-        if _is_random(op, _to(sample, "cpu")):
-            return Result("skip", "random op: results depend on the generator", samples=compared)
+        if _is_random(op, _to(sample, "cpu")) or _is_random(op, sample):
+            random += 1
+            continue
         before = _fallbacks()
         try:
             actual = _call(op, sample)
@@ -236,6 +251,8 @@ def run_entry(op, dtype: torch.dtype, *, max_samples: int = 4, check_grad: bool 
         except Exception:
             grad_samples = []
         for index, sample in enumerate(grad_samples):
+            if _is_random(op, _to(sample, "cpu")) or _is_random(op, sample):
+                continue
             try:
                 expected = _grads(op, _to(sample, "cpu"))
             except Exception:
@@ -258,6 +275,8 @@ def run_entry(op, dtype: torch.dtype, *, max_samples: int = 4, check_grad: bool 
                 return Result(
                     "fail", f"grad sample {index}: {problem}", frozenset(fallbacks), compared
                 )
+    if compared == 0 and random:
+        return Result("skip", "random op: results depend on the generator")
     if compared == 0:
         return Result("skip", "the CPU rejects every sample")
     if fallbacks:
