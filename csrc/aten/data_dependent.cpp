@@ -107,7 +107,7 @@ at::Tensor bincount_tpu(const at::Tensor& self, const std::optional<at::Tensor>&
   }
   at::Tensor counts = at::zeros({size}, self.options().dtype(dtype));
   at::Tensor values = weights.defined() ? weights.to(dtype) : at::ones_like(self, dtype);
-  return counts.index_put_({self}, values, /*accumulate=*/true);
+  return counts.index_put_({self.to(at::kLong)}, values, /*accumulate=*/true);
 }
 
 // repeat_interleave.Tensor(repeats, *, output_size=None): element i of the
