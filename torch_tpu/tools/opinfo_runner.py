@@ -189,6 +189,34 @@ def _is_random(op, sample) -> bool:
     return problem is not None and not problem.startswith("cannot read")
 
 
+def _as_accurate_as_cpu(op, sample, actual, expected) -> bool:
+    """Whether float32 gradients that differ from the CPU's are as close to the
+    float64 gradients as the CPU's are (ill-conditioned backward formulas, e.g.
+    logcumsumexp's difference of exponentials, leave both far from the truth)."""
+    try:
+        wide = _to(sample, "cpu").transform(
+            lambda t: (
+                t.double().detach().requires_grad_(t.requires_grad)
+                if isinstance(t, torch.Tensor) and t.dtype == torch.float32
+                else t
+            )
+        )
+        reference = _grads(op, wide)
+    except Exception:
+        return False
+    for a, e, r in zip(actual, expected, reference):
+        if a is None or e is None or r is None:
+            if not (a is None and e is None):
+                return False
+            continue
+        a, e, r = a.cpu().double(), e.double(), r.double()
+        if not torch.isfinite(r).all():
+            return False
+        if (a - r).abs().max() > 2 * (e - r).abs().max() + 1e-5:
+            return False
+    return True
+
+
 def _grads(op, sample):
     """Gradients of a fixed projection of the outputs w.r.t. the float inputs."""
     moved = sample
@@ -202,7 +230,15 @@ def _grads(op, sample):
     if not leaves or not inputs:
         return None
     g = torch.Generator().manual_seed(0)
-    cotangents = [torch.randn(t.shape, generator=g, dtype=t.dtype).to(t.device) for t in leaves]
+    # float64 cotangents (_as_accurate_as_cpu) are the float32 ones, widened.
+    cotangents = [
+        torch.randn(
+            t.shape, generator=g, dtype=torch.float32 if t.dtype == torch.float64 else t.dtype
+        )
+        .to(t.dtype)
+        .to(t.device)
+        for t in leaves
+    ]
     grads = torch.autograd.grad(leaves, inputs, cotangents, allow_unused=True)
     return [None if x is None else x.detach() for x in grads]
 
@@ -309,6 +345,12 @@ def _run_entry(op, dtype, max_samples, check_grad) -> Result:
                 )
             fallbacks |= _new_fallbacks(before)
             problem = _compare(actual, expected, dtype, tolerance)
+            if (
+                problem
+                and dtype == torch.float32
+                and _as_accurate_as_cpu(op, sample, actual, expected)
+            ):
+                problem = None
             if problem:
                 return Result(
                     "fail", f"grad sample {index}: {problem}", frozenset(fallbacks), compared
