@@ -3,6 +3,8 @@
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# pytest-xdist workers for `make test` (the OpInfo suite dominates).
+TEST_WORKERS ?= 2
 PIP := $(VENV)/bin/pip
 BUILD := build
 STAMP := $(VENV)/.requirements-installed
@@ -39,7 +41,7 @@ cpp-test: build
 	TORCH_TPU_PLUGIN=$(PLUGIN) $(BUILD)/tpu_core_tests
 
 py-test: build
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
 
 test: cpp-test py-test
 

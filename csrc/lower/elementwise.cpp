@@ -239,6 +239,7 @@ Value acos_of(Builder& b, const Value& x) { return chlo(b, "acos", x); }
 // atan that is wrong for some shapes (63 elements, for one). Doubling is
 // exact, and where it overflows atan2(+-inf, 2) is still +-pi/2.
 Value atan_of(Builder& b, const Value& x) {
+  if (is_complex(x.type())) return chlo(b, "atan", x);
   Value two = k(b, x, 2);
   return b.atan2(b.mul(x, two), two);
 }
@@ -692,11 +693,25 @@ std::vector<Value> clamp(Context& c, const Args& a) {
   return clamp_impl(c, a.operand(0), optional_operand(a, 1), optional_operand(a, 2));
 }
 
+// Bool tensors clamp against bool tensors (not scalars) on the CPU: or / and.
+bool bool_tensors(const Args& a) {
+  return a.operand(0).dtype == ET::Pred && a.operand(1).dtype == ET::Pred &&
+         a.operand(1).category != Category::WrappedNumber;
+}
+
 std::vector<Value> clamp_min(Context& c, const Args& a) {
+  if (bool_tensors(a)) {
+    auto v = promote(c.b, {&a.operand(0), &a.operand(1)}, ET::Pred);
+    return {c.b.or_(v[0], v[1])};
+  }
   return clamp_impl(c, a.operand(0), &a.operand(1), nullptr);
 }
 
 std::vector<Value> clamp_max(Context& c, const Args& a) {
+  if (bool_tensors(a)) {
+    auto v = promote(c.b, {&a.operand(0), &a.operand(1)}, ET::Pred);
+    return {c.b.and_(v[0], v[1])};
+  }
   return clamp_impl(c, a.operand(0), nullptr, &a.operand(1));
 }
 
@@ -815,15 +830,15 @@ ELEMENTWISE((unary_math<rsqrt_of, true>), "rsqrt");
 ELEMENTWISE((unary_math<sin_of, true>), "sin");
 ELEMENTWISE((unary_math<cos_of, true>), "cos");
 ELEMENTWISE((unary_math<tan_of, false>), "tan");
-ELEMENTWISE((unary_math<asin_of, false>), "asin");
-ELEMENTWISE((unary_math<acos_of, false>), "acos");
-ELEMENTWISE((unary_math<atan_of, false>), "atan");
+ELEMENTWISE((unary_math<asin_of, true>), "asin");
+ELEMENTWISE((unary_math<acos_of, true>), "acos");
+ELEMENTWISE((unary_math<atan_of, true>), "atan");
 ELEMENTWISE((unary_math<sinh_of, false>), "sinh");
 ELEMENTWISE((unary_math<cosh_of, false>), "cosh");
 ELEMENTWISE((unary_math<tanh_of, true>), "tanh");
-ELEMENTWISE((unary_math<asinh_of, false>), "asinh");
-ELEMENTWISE((unary_math<acosh_of, false>), "acosh");
-ELEMENTWISE((unary_math<atanh_of, false>), "atanh");
+ELEMENTWISE((unary_math<asinh_of, true>), "asinh");
+ELEMENTWISE((unary_math<acosh_of, true>), "acosh");
+ELEMENTWISE((unary_math<atanh_of, true>), "atanh");
 ELEMENTWISE((unary_math<sigmoid_of, true>), "sigmoid");
 ELEMENTWISE((unary_math<erf_of, false>), "erf");
 ELEMENTWISE((unary_math<erfc_of, false>), "erfc");
