@@ -526,13 +526,21 @@ Value log_add_exp(Builder& b, const Value& x, const Value& y) {
   return b.select(general, sum, x);
 }
 
+// Complex log(exp(x) + exp(y)), factoring out the operand with the larger real
+// part, as PyTorch's CPU kernel does for finite values.
+Value complex_log_add_exp(Builder& b, const Value& x, const Value& y) {
+  Value x_larger = b.compare(b.real(x), b.real(y), Comparison::GE);
+  Value hi = b.select(x_larger, x, y), lo = b.select(x_larger, y, x);
+  return b.add(hi, b.unary("log_plus_one", b.exp(b.sub(lo, hi))));
+}
+
 // logcumsumexp(self, dim)
 Values logcumsumexp(Context& c, const Args& a) {
   Value x = a.tensor(0);
-  if (is_complex(x.type())) throw Unsupported("logcumsumexp of complex tensors");
+  bool complex = is_complex(x.type());
   x = accumuland(c.b, x, c.output(0).type);
-  ScanFn fn = [](Builder& b, const Values& p, const Values& q) -> Values {
-    return {log_add_exp(b, p[0], q[0])};
+  ScanFn fn = [complex](Builder& b, const Values& p, const Values& q) -> Values {
+    return {complex ? complex_log_add_exp(b, p[0], q[0]) : log_add_exp(b, p[0], q[0])};
   };
   return {scan(c.b, {x}, a.integer(1), fn)[0]};
 }
