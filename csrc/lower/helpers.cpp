@@ -1,7 +1,9 @@
 #include "lower/helpers.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
+#include <string>
 
 namespace torch_tpu::lower {
 
@@ -256,6 +258,56 @@ Value highest_value(Builder& b, ElementType t) { return extreme(b, t, true); }
 
 ElementType accumulation_type(ElementType t) {
   return t == ElementType::F16 || t == ElementType::BF16 ? ElementType::F32 : t;
+}
+
+Value index_constant(Builder& b, const Dims& values, const Dims& dims) {
+  // MLIR's hex form: the raw little-endian bytes.
+  static const char* hex = "0123456789ABCDEF";
+  std::string text = "0x";
+  for (int64_t v : values) {
+    unsigned char bytes[8];
+    std::memcpy(bytes, &v, 8);
+    for (unsigned char ch : bytes) {
+      text += hex[ch >> 4];
+      text += hex[ch & 15];
+    }
+  }
+  Shape flat{ElementType::S64, {static_cast<int64_t>(values.size())}};
+  Value v = values.empty() ? b.full(flat, 0)
+                           : b.emit("stablehlo.constant", {},
+                                    "value = dense<\"" + text + "\"> : " + flat.mlir(), {flat})[0];
+  return b.reshape(v, dims);
+}
+
+Value gather_along(Builder& b, const Value& x, int64_t dim, const Dims& idx) {
+  hlo::GatherDims d;
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    if (i != dim) d.offset_dims.push_back(i);
+  }
+  d.collapsed_slice_dims = {dim};
+  d.start_index_map = {dim};
+  d.index_vector_dim = 1;
+  Dims sizes = x.dims();
+  sizes[dim] = 1;
+  const int64_t n = static_cast<int64_t>(idx.size());
+  return b.gather(x, index_constant(b, idx, {n, 1}), d, sizes);
+}
+
+Value scatter_add_along(Builder& b, const Value& g, int64_t dim, const Dims& idx, int64_t size) {
+  hlo::ScatterDims d;
+  for (int64_t i = 0; i < g.rank(); ++i) {
+    if (i != dim) d.update_window_dims.push_back(i);
+  }
+  d.inserted_window_dims = {dim};
+  d.scatter_dims_to_operand_dims = {dim};
+  d.index_vector_dim = 1;
+  Dims dims = g.dims();
+  dims[dim] = size;
+  const int64_t n = static_cast<int64_t>(idx.size());
+  return b.scatter(b.full({g.type(), dims}, 0), index_constant(b, idx, {n, 1}), g, d,
+                   [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
+                     return {r.add(v[0], v[1])};
+                   });
 }
 
 }  // namespace torch_tpu::lower

@@ -39,6 +39,15 @@ std::vector<Value> broadcast_all(Builder& b, std::vector<Value> values);
 Value reduce_sum(Builder& b, const Value& x, const Dims& dims);
 Value reduce_max(Builder& b, const Value& x, const Dims& dims);
 Value reduce_min(Builder& b, const Value& x, const Dims& dims);
+// An s64 constant of `dims` from row-major `values` (index maps known at
+// lowering time).
+Value index_constant(Builder& b, const Dims& values, const Dims& dims);
+// x[..., idx, ...] along `dim`, for indices known at lowering time.
+Value gather_along(Builder& b, const Value& x, int64_t dim, const Dims& idx);
+// The transpose of gather_along: g's elements along `dim` are added at idx
+// into a dimension of `size`.
+Value scatter_add_along(Builder& b, const Value& g, int64_t dim, const Dims& idx, int64_t size);
+
 // Lowest / highest value of a type (-inf / inf for floats), as a constant.
 Value lowest_value(Builder& b, ElementType t);
 Value highest_value(Builder& b, ElementType t);

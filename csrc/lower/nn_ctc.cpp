@@ -18,18 +18,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 Value like(Builder& b, const Value& x, double v) { return b.full(x.shape, v); }
 
-// An s64 constant of `dims` from row-major `values`.
-Value index_constant(Builder& b, const Dims& values, const Dims& dims) {
-  std::string text;
-  for (size_t i = 0; i < values.size(); ++i) {
-    text += (i ? ", " : "") + std::to_string(values[i]);
-  }
-  Shape flat{kIndex, {static_cast<int64_t>(values.size())}};
-  Value v =
-      b.emit("stablehlo.constant", {}, "value = dense<[" + text + "]> : " + flat.mlir(), {flat})[0];
-  return b.reshape(v, dims);
-}
-
 Value flat_gather(Builder& b, const Value& x, const Value& index) {
   hlo::GatherDims g;
   g.collapsed_slice_dims = {0};

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <cstring>
-#include <string>
 #include <vector>
 
 #include "lower/helpers.h"
@@ -15,55 +13,6 @@
 namespace torch_tpu::lower {
 
 namespace {
-
-// A [n, 1] s64 constant (raw little-endian bytes, as MLIR's hex form takes).
-Value index_constant(Builder& b, const Dims& idx) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string text = "0x";
-  for (int64_t i : idx) {
-    unsigned char bytes[8];
-    std::memcpy(bytes, &i, 8);
-    for (unsigned char ch : bytes) {
-      text += hex[ch >> 4];
-      text += hex[ch & 15];
-    }
-  }
-  Shape shape{ElementType::S64, {static_cast<int64_t>(idx.size()), 1}};
-  return b.emit("stablehlo.constant", {}, "value = dense<\"" + text + "\"> : " + shape.mlir(),
-                {shape})[0];
-}
-
-// x[..., idx, ...] along `dim`.
-Value gather_along(Builder& b, const Value& x, int64_t dim, const Dims& idx) {
-  hlo::GatherDims d;
-  for (int64_t i = 0; i < x.rank(); ++i) {
-    if (i != dim) d.offset_dims.push_back(i);
-  }
-  d.collapsed_slice_dims = {dim};
-  d.start_index_map = {dim};
-  d.index_vector_dim = 1;
-  Dims sizes = x.dims();
-  sizes[dim] = 1;
-  return b.gather(x, index_constant(b, idx), d, sizes);
-}
-
-// The transpose of gather_along: g's elements along `dim` are added at idx into `size`.
-Value scatter_add_along(Builder& b, const Value& g, int64_t dim, const Dims& idx, int64_t size) {
-  hlo::ScatterDims d;
-  for (int64_t i = 0; i < g.rank(); ++i) {
-    if (i != dim) d.update_window_dims.push_back(i);
-  }
-  d.inserted_window_dims = {dim};
-  d.scatter_dims_to_operand_dims = {dim};
-  d.index_vector_dim = 1;
-  Dims dims = g.dims();
-  dims[dim] = size;
-  Value zeros = b.full({g.type(), dims}, 0);
-  return b.scatter(zeros, index_constant(b, idx), g, d,
-                   [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
-                     return {r.add(v[0], v[1])};
-                   });
-}
 
 // Input position of each output position of one dimension padded by (low, high).
 Dims source_positions(bool reflect, int64_t in, int64_t low, int64_t high) {

@@ -163,10 +163,6 @@ Value dense_constant(Builder& b, const std::vector<double>& values, const Shape&
     if (shape.type == ElementType::F64) {
       std::memcpy(buf, &v, 8);
       bytes.append(buf, 8);
-    } else if (shape.type == ElementType::S64) {
-      auto i = static_cast<int64_t>(v);
-      std::memcpy(buf, &i, 8);
-      bytes.append(buf, 8);
     } else {
       auto f = static_cast<float>(v);
       std::memcpy(buf, &f, 4);
@@ -227,43 +223,6 @@ Dims nearest_indices(Mode mode, int64_t in, int64_t out, Scale scale) {
   Dims idx(static_cast<size_t>(out));
   for (int64_t o = 0; o < out; ++o) idx[o] = nearest_index(mode, o, in, out, scale);
   return idx;
-}
-
-Value index_constant(Builder& b, const Dims& idx) {
-  std::vector<double> v(idx.begin(), idx.end());
-  return dense_constant(b, v, {ElementType::S64, {static_cast<int64_t>(idx.size()), 1}});
-}
-
-// x[..., idx, ...] along `dim`.
-Value gather_along(Builder& b, const Value& x, int64_t dim, const Dims& idx) {
-  hlo::GatherDims d;
-  for (int64_t i = 0; i < x.rank(); ++i) {
-    if (i != dim) d.offset_dims.push_back(i);
-  }
-  d.collapsed_slice_dims = {dim};
-  d.start_index_map = {dim};
-  d.index_vector_dim = 1;
-  Dims sizes = x.dims();
-  sizes[dim] = 1;
-  return b.gather(x, index_constant(b, idx), d, sizes);
-}
-
-// The transpose of gather_along: g's elements along `dim` are added at idx into `size`.
-Value scatter_add_along(Builder& b, const Value& g, int64_t dim, const Dims& idx, int64_t size) {
-  hlo::ScatterDims d;
-  for (int64_t i = 0; i < g.rank(); ++i) {
-    if (i != dim) d.update_window_dims.push_back(i);
-  }
-  d.inserted_window_dims = {dim};
-  d.scatter_dims_to_operand_dims = {dim};
-  d.index_vector_dim = 1;
-  Dims dims = g.dims();
-  dims[dim] = size;
-  Value zeros = b.full({g.type(), dims}, 0);
-  return b.scatter(zeros, index_constant(b, idx), g, d,
-                   [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
-                     return {r.add(v[0], v[1])};
-                   });
 }
 
 bool is_nearest(Mode m) { return m == Mode::Nearest || m == Mode::NearestExact; }
