@@ -293,6 +293,12 @@ def run_entry(op, dtype: torch.dtype, *, max_samples: int = 4, check_grad: bool 
         return _run_entry(op, dtype, max_samples, check_grad)
 
 
+def _raised(where: str, err: Exception, fallbacks: set[str], compared: int) -> Result:
+    return Result(
+        "fail", f"{where}: {type(err).__name__}: {str(err)[:300]}", frozenset(fallbacks), compared
+    )
+
+
 def _run_entry(op, dtype, max_samples, check_grad) -> Result:
     if op.name.startswith(("empty", "new_empty")):
         return Result("skip", "results are uninitialized memory")
@@ -312,19 +318,14 @@ def _run_entry(op, dtype, max_samples, check_grad) -> Result:
             expected = _call(op, cpu_sample)
         except Exception:
             continue  # the CPU rejects this sample too
-        if _is_random(op, _to(sample, "cpu")) or _is_random(op, sample):
+        if _is_random(op, pristine) or _is_random(op, sample):
             random += 1
             continue
         before = _fallbacks()
         try:
             actual = _call(op, sample)
         except Exception as err:
-            return Result(
-                "fail",
-                f"sample {index}: {type(err).__name__}: {str(err)[:300]}",
-                frozenset(fallbacks | _new_fallbacks(before)),
-                compared,
-            )
+            return _raised(f"sample {index}", err, fallbacks | _new_fallbacks(before), compared)
         fallbacks |= _new_fallbacks(before)
         problem = _compare(actual, expected, dtype, tolerance)
         if problem and dtype in (torch.float16, torch.bfloat16):
@@ -357,11 +358,8 @@ def _run_entry(op, dtype, max_samples, check_grad) -> Result:
             try:
                 actual = _grads(op, sample)
             except Exception as err:
-                return Result(
-                    "fail",
-                    f"grad sample {index}: {type(err).__name__}: {str(err)[:300]}",
-                    frozenset(fallbacks | _new_fallbacks(before)),
-                    compared,
+                return _raised(
+                    f"grad sample {index}", err, fallbacks | _new_fallbacks(before), compared
                 )
             fallbacks |= _new_fallbacks(before)
             problem = _compare(actual, expected, dtype, tolerance)
