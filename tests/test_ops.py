@@ -21,7 +21,6 @@ pytestmark = pytest.mark.skipif(
     reason="OpInfo sweep runs with TORCH_TPU_OPINFO=1 (failures not yet all classified)",
 )
 
-torch_tpu._C._set_fallback_mode("silent")
 LOWERED = op_coverage.lowered_operators()
 
 
@@ -34,6 +33,16 @@ def _cases():
             if reason:
                 marks.append(pytest.mark.xfail(reason=reason, strict=True))
             yield pytest.param(op, dtype, id=f"{name}-{str(dtype)[6:]}", marks=marks)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _silent_fallbacks():
+    """Fallbacks are counted per entry, not warned about; other tests (in the same
+    xdist worker) keep the warn mode."""
+    previous = torch_tpu._C._get_fallback_mode()
+    torch_tpu._C._set_fallback_mode("silent")
+    yield
+    torch_tpu._C._set_fallback_mode(previous)
 
 
 @pytest.mark.parametrize(("op", "dtype"), list(_cases()))
