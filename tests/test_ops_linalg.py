@@ -247,6 +247,23 @@ def test_qr(dtype, shape, mode):
     close(lambda x: torch.linalg.qr(x, mode=mode), make(*shape, dtype=dtype), dtype=dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+@pytest.mark.parametrize("shape", [(2, 5, 3), (3, 4)])
+def test_geqrf(dtype, shape):
+    a = make(*shape, dtype=dtype)
+    close(torch.geqrf, a, dtype=dtype)
+    assert torch.geqrf(a.to("tpu"))[0].stride() == torch.geqrf(a)[0].stride()
+
+    def into_out(x):
+        out = (
+            torch.empty(0, dtype=dtype, device=x.device),
+            torch.empty(0, dtype=dtype, device=x.device),
+        )
+        return torch.geqrf(x, out=out)
+
+    close(into_out, a, dtype=dtype)
+
+
 @pytest.mark.parametrize(
     "dtype,left,transpose", [(torch.float32, True, False), (torch.complex64, False, True)]
 )

@@ -1,6 +1,6 @@
 """Assorted operators on tpu against the CPU: addr, celu, angle conversions, dist,
 fused add/matmul + activation, weight norm, fused RNN cells, linear_backward, and
-(with temporary meta kernels) masked softmax, SyncBatchNorm's kernels and histogram."""
+(with meta kernels from torch_tpu._meta) masked softmax, SyncBatchNorm's kernels and histogram."""
 
 import pytest
 import torch
@@ -120,7 +120,7 @@ def test_add_relu(dtype):
     check(lambda a, b: aten._add_relu(a, b), x, y)
     check(lambda a, b: aten._add_relu(a, b, alpha=2), x, y)
     check(lambda a, b: aten._add_relu_(a, b), x, y)
-    # _add_relu.out has no meta kernel (a CPU fallback): not tested here.
+    check(lambda a, b: aten._add_relu(a, b, out=torch.empty(0, dtype=dtype, device=a.device)), x, y)
 
 
 @pytest.mark.parametrize("use_gelu", [False, True])
@@ -267,69 +267,21 @@ def test_cumulative_helpers(name):
     check(fn, x)
 
 
-# ---------------------------------------------------------------- ops without meta kernels
+# ---------------------------------------------------------------- ops PyTorch has no meta kernel for
 #
-# PyTorch has no meta kernel for these operators, so on tpu they fall back to
-# the CPU whatever their rule. The tests below give them temporary meta
-# kernels (removed afterwards) to check the rules until real ones exist.
+# torch_tpu._meta gives them one (without it they would run on the CPU); these
+# tests assert they run natively.
 
 
-def _bn_reduce_meta(g, x, mean, invstd, w, input_g, weight_g, bias_g):
-    return tuple(mean.new_empty(x.shape[1]) for _ in range(4))
+def test_meta_kernels_registered():
+    import torch_tpu._meta as meta
 
-
-def _bn_stats_meta(x, eps):
-    return x.new_empty(x.shape[1]), x.new_empty(x.shape[1])
-
-
-def _gather_meta(x, mean, invstd, rm, rv, momentum, eps, counts):
-    return mean.new_empty(mean.shape[1]), mean.new_empty(mean.shape[1])
-
-
-def _gru_backward_meta(g, ws, has_bias):
-    gates = g.new_empty(g.shape[0], 3 * g.shape[1])
-    bias = g.new_empty(3 * g.shape[1])
-    return gates, torch.empty_like(gates), torch.empty_like(g), bias, torch.empty_like(bias)
-
-
-TEMPORARY_META = {
-    "_masked_softmax": lambda x, m, dim=None, mask_type=None: torch.empty_like(x),
-    "_masked_softmax_backward": lambda g, y, m, dim=None: torch.empty_like(g),
-    "batch_norm_stats": _bn_stats_meta,
-    "batch_norm_elemt": lambda x, w, b, mean, invstd, eps: torch.empty_like(x),
-    "batch_norm_backward_reduce": _bn_reduce_meta,
-    "batch_norm_backward_elemt": lambda g, x, *rest: torch.empty_like(x),
-    "batch_norm_gather_stats_with_counts": _gather_meta,
-    "batch_norm_update_stats": lambda x, rm, rv, momentum: _bn_stats_meta(x, 0),
-    "histogram.bin_ct": lambda x, bins=100, range=None, weight=None, density=False: (
-        x.new_empty(bins),
-        x.new_empty(bins + 1),
-    ),
-    "histogram.bins_tensor": lambda x, bins, weight=None, density=False: (
-        x.new_empty(bins.numel() - 1),
-        torch.empty_like(bins),
-    ),
-    "_thnn_fused_gru_cell": lambda ig, hg, hx, ib=None, hb=None: (
-        torch.empty_like(hx),
-        hx.new_empty(hx.shape[0], 5 * hx.shape[1]),
-    ),
-    "_thnn_fused_gru_cell_backward": _gru_backward_meta,
-    "_logcumsumexp": lambda x, dim: torch.empty_like(x),
-}
-
-
-@pytest.fixture
-def temporary_meta():
-    lib = torch.library.Library("aten", "IMPL", "Meta")
-    for name, fn in TEMPORARY_META.items():
-        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"):
-            lib.impl(name, fn)
-    yield
-    lib._destroy()
+    for name in meta.KERNELS:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "Meta"), name
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_masked_softmax(temporary_meta, dtype):
+def test_masked_softmax(dtype):
     torch.manual_seed(0)
     x = make((2, 3, 5, 5), dtype)
     full = torch.rand(2, 3, 5, 5) > 0.6
@@ -341,7 +293,7 @@ def test_masked_softmax(temporary_meta, dtype):
     check(lambda g, o, m: aten._masked_softmax_backward(g, o, m, 1), make(x.shape, dtype), y, full)
 
 
-def test_sync_batch_norm_kernels(temporary_meta):
+def test_sync_batch_norm_kernels(no_fallback):
     x = make((4, 3, 5), torch.float64)
     eps = 1e-5
     mean, var = x.mean((0, 2)), x.var((0, 2), unbiased=False)
@@ -385,8 +337,34 @@ def test_sync_batch_norm_kernels(temporary_meta):
         torch.testing.assert_close(g.cpu(), e)
 
 
+def test_sync_batch_norm_running_stats(no_fallback):
+    """The running statistics are written although the schemas do not mark them."""
+    eps, momentum = 1e-5, 0.1
+    parts = [make((2, 3, 4), torch.float64, seed=4), make((2, 3, 4), torch.float64, seed=5)]
+    whole = torch.cat(parts)
+    means = torch.stack([p.mean((0, 2)) for p in parts])
+    invstds = torch.stack([(p.var((0, 2), unbiased=False) + eps).rsqrt() for p in parts])
+    rm0, rv0 = make((3,), torch.float64, seed=6), make((3,), torch.float64, low=1, high=2, seed=7)
+    want_rm = (1 - momentum) * rm0 + momentum * whole.mean((0, 2))
+    want_rv = (1 - momentum) * rv0 + momentum * whole.var((0, 2), unbiased=True)
+    for counted in [True, False]:
+        rm, rv = to_tpu(rm0), to_tpu(rv0)
+        args = (*to_tpu((whole, means, invstds)), rm, rv, momentum, eps)
+        if counted:
+            aten.batch_norm_gather_stats_with_counts(*args, to_tpu(torch.tensor([8.0, 8.0])))
+        else:
+            aten.batch_norm_gather_stats(*args, 8)
+        torch.testing.assert_close(rm.cpu(), want_rm)
+        torch.testing.assert_close(rv.cpu(), want_rv)
+    rm, rv, rm_cpu, rv_cpu = to_tpu(rm0), to_tpu(rv0), rm0.clone(), rv0.clone()
+    got = aten.batch_norm_update_stats(to_tpu(whole), rm, rv, momentum)
+    want = aten.batch_norm_update_stats(whole, rm_cpu, rv_cpu, momentum)
+    for g, e in zip((*got, rm, rv), (*want, rm_cpu, rv_cpu)):
+        torch.testing.assert_close(g.cpu(), e)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_histogram(temporary_meta, dtype):
+def test_histogram(dtype):
     x = make((7, 9), dtype, low=-6, high=6)
     w = make((7, 9), dtype, low=0, high=1, seed=1)
     for bins in [1, 13]:
@@ -400,7 +378,7 @@ def test_histogram(temporary_meta, dtype):
     check(lambda t: torch.histogram(t, 3), torch.full((4,), 2.0, dtype=dtype))
 
 
-def test_fused_gru_cell_and_backward(temporary_meta):
+def test_fused_gru_cell_and_backward(no_fallback):
     ig, hg, hx = make((3, 12)), make((3, 12), seed=1), make((3, 4), seed=2)
     ib, hb = make((12,), seed=3), make((12,), seed=4)
 
@@ -423,5 +401,5 @@ def test_fused_gru_cell_and_backward(temporary_meta):
         torch.testing.assert_close(r.cpu(), t.grad)
 
 
-def test_logcumsumexp_kernel(temporary_meta):
+def test_logcumsumexp_kernel(no_fallback):
     check(lambda t: aten._logcumsumexp(t, 1), make((3, 7)))

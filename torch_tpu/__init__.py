@@ -47,9 +47,10 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from . import backends
+    from . import _meta, backends
 
     backends._install()
+    _meta.register()
     _C._register_ops()
     fallback = os.environ.get("TORCH_TPU_FALLBACK")
     if fallback:

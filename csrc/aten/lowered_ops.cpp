@@ -55,11 +55,15 @@ std::string full_name(const c10::OperatorName& name) {
 
 bool is_write(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
 
-// Arguments some kernels write although their schema does not say so:
-// native_batch_norm updates running_mean and running_var in training.
+// Arguments some kernels write although their schema does not say so: the
+// running statistics (running_mean, running_var) of native_batch_norm in
+// training and of SyncBatchNorm's kernels.
 bool written_without_annotation(const std::string& op, size_t arg) {
-  return (op == "aten::native_batch_norm" || op == "aten::native_batch_norm.out") &&
-         (arg == 3 || arg == 4);
+  if (op == "aten::native_batch_norm" || op == "aten::native_batch_norm.out" ||
+      op == "aten::batch_norm_gather_stats" || op == "aten::batch_norm_gather_stats_with_counts") {
+    return arg == 3 || arg == 4;
+  }
+  return op == "aten::batch_norm_update_stats" && (arg == 1 || arg == 2);
 }
 
 void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Rule* rule,
@@ -286,6 +290,11 @@ struct MetaConverter {
         out.push_back(t ? std::optional<at::Tensor>(convert(*t)) : std::nullopt);
       }
       return out;
+    }
+    // Factories (tril_indices, kaiser_window, ...) name the device: on tpu they
+    // would allocate, and their meta kernels run real programs.
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
+      return c10::Device(c10::kMeta);
     }
     return v;
   }
