@@ -234,7 +234,30 @@ def test_multi_margin_loss(p, margin, reduction):
 
 
 def test_multi_margin_loss_one_sample():
-    run(lambda a, t: F.multi_margin_loss(a, t), randn(6, dtype=torch.float64), torch.tensor(2))
+    run(
+        lambda a, t: F.multi_margin_loss(a, t),
+        randn(6, dtype=torch.float64),
+        torch.tensor(2),
+        grad=[0],
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_margin_losses_half(dtype):
+    """The CPU has no half kernels (CUDA has): compared with float32 on the CPU."""
+    x = randn(5, 7, dtype=dtype)
+    labels = torch.tensor([[3, 0, -1, 1], [2, 2, 1, -1], [0, 1, 2, 3], [-1, 0, 0, 0], [1, 3, 3, 2]])
+    cases = [
+        (lambda a: F.multi_margin_loss(a, torch.tensor([0, 6, 3, 3, 1]).to(a.device), 2, 0.5)),
+        (lambda a: F.multilabel_margin_loss(a[:, :4], labels.to(a.device))),
+    ]
+    for fn in cases:
+        xt, xc = x.to("tpu").requires_grad_(), x.float().requires_grad_()
+        got, want = fn(xt), fn(xc)
+        got.backward(), want.backward()
+        assert got.dtype == xt.grad.dtype == dtype
+        torch.testing.assert_close(got.cpu().float(), want, atol=1e-2, rtol=1e-2)
+        torch.testing.assert_close(xt.grad.cpu().float(), xc.grad, atol=1e-2, rtol=1e-2)
 
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])

@@ -169,6 +169,13 @@ def histogram_bins_tensor(self, bins, *, weight=None, density=False):
     return self.new_empty(bins.numel() - 1), torch.empty_like(bins, dtype=self.dtype)
 
 
+# ------------------------------------------------------------------ gradients shaped like the input
+
+
+def _grad_like_input(grad_output, self, *args):
+    return torch.empty_like(self, memory_format=torch.contiguous_format)
+
+
 # ------------------------------------------------------------------ pooling (out= only)
 
 
@@ -185,6 +192,9 @@ def _adaptive_avg_pool3d_backward(grad_output, self):
 
 
 KERNELS = {
+    "multi_margin_loss_backward": _grad_like_input,
+    "multilabel_margin_loss_backward": _grad_like_input,
+    "fractional_max_pool3d_backward": _grad_like_input,
     "_add_relu.Tensor": _add_relu,
     "_add_relu.Scalar": _add_relu,
     "_add_relu.out": _OutVariant(_add_relu),

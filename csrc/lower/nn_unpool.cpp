@@ -153,11 +153,15 @@ std::vector<Value> fractional_max_pool3d(Context& c, const Args& a) {
   return fractional_max_pool(c, a, 3);
 }
 
-// fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size,
-//     indices): each gradient added at its index's position. (PyTorch has no
-//     meta kernel for fractional_max_pool3d_backward: it runs on the CPU.)
+// fractional_max_pool{2,3}d_backward(grad_output, self, kernel_size,
+//     output_size, indices): each gradient added at its index's position.
+//     (fractional_max_pool3d_backward's meta kernel is in torch_tpu/_meta.py.)
 std::vector<Value> fractional_max_pool2d_backward(Context& c, const Args& a) {
   return {scatter_to_planes(c.b, a.tensor(0), a.tensor(4), c.output(0), 2, true)};
+}
+
+std::vector<Value> fractional_max_pool3d_backward(Context& c, const Args& a) {
+  return {scatter_to_planes(c.b, a.tensor(0), a.tensor(4), c.output(0), 3, true)};
 }
 
 }  // namespace
@@ -165,6 +169,7 @@ std::vector<Value> fractional_max_pool2d_backward(Context& c, const Args& a) {
 TPU_LOWERING(fractional_max_pool2d, "fractional_max_pool2d");
 TPU_LOWERING(fractional_max_pool3d, "fractional_max_pool3d");
 TPU_LOWERING(fractional_max_pool2d_backward, "fractional_max_pool2d_backward");
+TPU_LOWERING(fractional_max_pool3d_backward, "fractional_max_pool3d_backward");
 TPU_LOWERING(max_unpool2d, "max_unpool2d");
 TPU_LOWERING(max_unpool3d, "max_unpool3d");
 
