@@ -336,7 +336,7 @@ def test_ctc_loss_aten(dtype, layout):
 
 @pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
 def test_ctc_loss(reduction):
-    # The backward runs on the CPU (no meta kernel) from the forward's log_alpha.
+    # The backward reads the forward's log_alpha.
     log_probs = randn(8, 2, 6).log_softmax(-1)
     targets = torch.tensor([[5, 5, 1, 2], [3, 1, 0, 0]])
     run(
@@ -358,4 +358,66 @@ def test_ctc_loss_impossible_alignment(zero_infinity):
         ),
         randn(3, 1, 4).log_softmax(-1),
         torch.tensor([[1, 1, 1]]),
+    )
+
+
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("layout", CTC_TARGETS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ctc_loss_backward(dtype, layout, reduction):
+    # Inputs shorter than T (zero gradient past them), an empty target, a repeated label.
+    run(
+        lambda lp, t: F.ctc_loss(
+            lp, t, torch.tensor([7, 5, 6]), torch.tensor([3, 0, 2]), reduction=reduction
+        ),
+        randn(7, 3, 5, dtype=dtype).log_softmax(-1),
+        CTC_TARGETS[layout],
+        grad=[0],
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ctc_loss_backward_aten(dtype):
+    # log_alpha is unwritten past the lengths on the CPU: the backward must not read it there.
+    lengths, target_lengths = [7, 5, 6], [3, 0, 2]
+
+    def fn(lp, t, g):
+        nll, alpha = A._ctc_loss(lp, t, lengths, target_lengths, 0, False)
+        return A._ctc_loss_backward(g, lp, t, lengths, target_lengths, nll, alpha, 0, False)
+
+    run(
+        fn,
+        randn(7, 3, 5, dtype=dtype).log_softmax(-1),
+        CTC_TARGETS["padded"],
+        randn(3, dtype=dtype, seed=1),
+    )
+
+
+def test_ctc_loss_backward_batch_first():
+    # log_probs a transposed view (the usual batch-first model output), blank last.
+    run(
+        lambda x, t: F.ctc_loss(
+            x.transpose(0, 1).log_softmax(-1),
+            t,
+            torch.tensor([6, 8]),
+            torch.tensor([3, 2]),
+            blank=4,
+        ),
+        randn(2, 8, 5),
+        torch.tensor([[0, 3, 3], [2, 1, 0]]),
+        grad=[0],
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("zero_infinity", [False, True])
+def test_ctc_loss_backward_impossible_alignment(zero_infinity, dtype):
+    # Batch 0 cannot align (NaN gradient, or zero with zero_infinity); batch 1 can.
+    run(
+        lambda lp, t: F.ctc_loss(
+            lp, t, torch.tensor([3, 4]), torch.tensor([3, 2]), zero_infinity=zero_infinity
+        ),
+        randn(4, 2, 4, dtype=dtype).log_softmax(-1),
+        torch.tensor([[1, 1, 1], [2, 3, 0]]),
+        grad=[0],
     )

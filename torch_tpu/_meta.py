@@ -195,6 +195,7 @@ KERNELS = {
     "multi_margin_loss_backward": _grad_like_input,
     "multilabel_margin_loss_backward": _grad_like_input,
     "fractional_max_pool3d_backward": _grad_like_input,
+    "_ctc_loss_backward": _grad_like_input,
     "_add_relu.Tensor": _add_relu,
     "_add_relu.Scalar": _add_relu,
     "_add_relu.out": _OutVariant(_add_relu),
