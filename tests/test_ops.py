@@ -8,18 +8,10 @@ must also run with no CPU fallback. Known failures are listed, with their reason
 ``opinfo_runner.KNOWN_FAILURES`` (xfail, strict: a fix shows up as XPASS).
 """
 
-import os
-
 import pytest
 
 import torch_tpu
 from torch_tpu.tools import op_coverage, opinfo_runner
-
-# Until its failures are classified (issue 3), the sweep runs on request only.
-pytestmark = pytest.mark.skipif(
-    os.environ.get("TORCH_TPU_OPINFO") != "1",
-    reason="OpInfo sweep runs with TORCH_TPU_OPINFO=1 (failures not yet all classified)",
-)
 
 LOWERED = op_coverage.lowered_operators()
 

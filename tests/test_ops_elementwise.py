@@ -149,6 +149,25 @@ def test_unary_math_complex(op):
     check(getattr(torch, op), x)
 
 
+@pytest.mark.parametrize("op", ["sinh", "cosh", "tan", "exp2"])
+def test_unary_math_complex_from_parts(op):
+    x = make((3, 4), torch.complex64, low=-3, high=3)
+    check(getattr(torch, op), x)
+    # Small arguments keep their precision; a zero imaginary part stays 0.
+    edge = torch.tensor([1e-4 + 2e-4j, -3e-5j, float("inf") + 0j, 2 + 0j], dtype=torch.complex64)
+    check(getattr(torch, op), edge[:2] if op == "tan" else edge)
+
+
+def test_logaddexp_complex():
+    inf = float("inf")
+    x = make((3, 4), torch.complex64, low=-3, high=3)
+    y = make((3, 4), torch.complex64, low=-3, high=3, seed=1)
+    check(torch.logaddexp, x, y)
+    a = torch.tensor([inf + 0j, -inf + 1j, 1 + 2j, -20 + 1j], dtype=torch.complex64)
+    b = torch.tensor([inf + 0j, -inf + 3j, 1 - 2j, 20 + 1j], dtype=torch.complex64)
+    check(torch.logaddexp, a, b)
+
+
 @pytest.mark.parametrize("op", ["exp", "sqrt", "sigmoid", "atan"])
 def test_unary_math_views_inplace_out(op):
     x = make((6, 8), F32, low=0.1, high=3)

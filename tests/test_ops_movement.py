@@ -187,3 +187,23 @@ def test_arange_with_different_ends_does_not_recompile():
     for start in (2, 3):
         assert torch.arange(start, start + 7, device="tpu").cpu()[0] == start
     assert torch_tpu.metrics()["compiles"] - before <= 3
+
+
+@pytest.mark.parametrize(
+    "shape, perm",
+    [
+        ((2, 3, 1, 4, 2), (4, 2, 0, 3, 1)),
+        ((2, 2, 2, 2, 3, 3), (5, 4, 3, 2, 1, 0)),
+        ((2, 2, 2, 2, 4, 4), (0, 1, 4, 2, 5, 3)),  # pixel_shuffle's
+        ((2,) * 8, (7, 0, 6, 1, 5, 2, 4, 3)),
+    ],
+)
+def test_high_rank_permute(shape, perm):
+    """XLA's CPU backend compiles one rank-6 transpose in seconds and a rank-8 one in
+    minutes; the builder splits them into transposes of rank <= 4."""
+    import time
+
+    start = time.perf_counter()
+    check(lambda t: t.permute(perm).contiguous(), torch.randn(shape))
+    assert time.perf_counter() - start < 5
+    check(lambda t: t.permute(perm).add(1), torch.randn(shape))

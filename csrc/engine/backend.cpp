@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "engine/metrics.h"
 #include "runtime/compile_options.h"
@@ -117,7 +118,17 @@ void Backend::check_device(int device) const {
   }
 }
 
+// TORCH_TPU_DUMP_DIR=<dir> writes every compiled program there, numbered in
+// compile order, to read what an op lowered to.
+void dump_program(const std::string& mlir) {
+  static const char* dir = std::getenv("TORCH_TPU_DUMP_DIR");
+  if (!dir || !*dir) return;
+  static std::atomic<int64_t> count{0};
+  std::ofstream(std::string(dir) + "/program_" + std::to_string(count++) + ".mlir") << mlir;
+}
+
 std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, bool fast) {
+  dump_program(mlir);
   auto start = std::chrono::steady_clock::now();
   auto executable = client_->compile(mlir, fast ? fast_options_ : full_options_);
   auto nanos =

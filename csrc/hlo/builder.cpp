@@ -1,5 +1,6 @@
 #include "hlo/builder.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -386,6 +387,49 @@ Value Builder::broadcast_in_dim(const Value& x, const Dims& dims,
                "broadcast_dimensions = " + i64_array(broadcast_dimensions), Shape{x.type(), dims});
 }
 
+namespace {
+
+// A transpose with size-1 dimensions dropped and runs of dimensions that stay
+// adjacent and in order merged: the same data movement at the lowest rank.
+struct CollapsedTranspose {
+  Dims dims;         // operand dimensions after collapsing
+  Dims permutation;  // over `dims`
+};
+
+CollapsedTranspose collapse(const Dims& dims, const Dims& permutation) {
+  // Output-ordered runs [first, last] of operand dimensions, size-1 ones skipped.
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t d : permutation) {
+    if (dims[d] == 1) continue;
+    if (!runs.empty() && runs.back().second + 1 == d) {
+      runs.back().second = d;
+    } else {
+      runs.emplace_back(d, d);
+    }
+  }
+  std::vector<size_t> by_operand(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) by_operand[i] = i;
+  std::sort(by_operand.begin(), by_operand.end(),
+            [&](size_t l, size_t r) { return runs[l].first < runs[r].first; });
+  CollapsedTranspose c;
+  c.permutation.resize(runs.size());
+  for (size_t k = 0; k < by_operand.size(); ++k) {
+    const auto& [first, last] = runs[by_operand[k]];
+    int64_t size = 1;
+    for (int64_t d = first; d <= last; ++d) size *= dims[d];
+    c.dims.push_back(size);
+    c.permutation[by_operand[k]] = static_cast<int64_t>(k);
+  }
+  return c;
+}
+
+// XLA's CPU backend compiles a rank-6 transpose in seconds and a rank-8 one
+// in minutes (LLVM unrolls the loop nest of the copy); transposes above this
+// rank are done as several of rank <= 4.
+constexpr size_t kMaxTransposeRank = 4;
+
+}  // namespace
+
 Value Builder::transpose(const Value& x, const Dims& permutation) {
   if (static_cast<int64_t>(permutation.size()) != x.rank()) fail("transpose permutation");
   Dims dims(permutation.size());
@@ -395,6 +439,48 @@ Value Builder::transpose(const Value& x, const Dims& permutation) {
     identity &= permutation[i] == static_cast<int64_t>(i);
   }
   if (identity) return x;
+  if (auto it = transposes_.find(x.id); x.result < 0 && it != transposes_.end()) {
+    const auto& [source, inner] = it->second;
+    Dims composed(permutation.size());
+    for (size_t i = 0; i < permutation.size(); ++i) composed[i] = inner[permutation[i]];
+    return transpose(source, composed);
+  }
+  CollapsedTranspose c = collapse(x.dims(), permutation);
+  Value y = c.dims.size() == static_cast<size_t>(x.rank()) ? x : reshape(x, c.dims);
+  if (std::is_sorted(c.permutation.begin(), c.permutation.end())) {
+    // Only size-1 dimensions moved: a reshape.
+  } else if (c.dims.size() <= kMaxTransposeRank) {
+    y = emit_transpose(y, c.permutation);
+  } else {
+    // Move each dimension to its place in turn: every step keeps a prefix and
+    // a suffix and swaps two blocks, a transpose of rank <= 4 once collapsed.
+    Dims order(c.dims.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    for (size_t i = 0; i < order.size(); ++i) {
+      size_t j = std::find(order.begin(), order.end(), c.permutation[i]) - order.begin();
+      if (j == i) continue;
+      Dims step(order.size());
+      for (size_t k = 0; k < step.size(); ++k) {
+        step[k] = static_cast<int64_t>(k < i || k > j ? k : k == i ? j : k - 1);
+      }
+      CollapsedTranspose s = collapse(y.dims(), step);
+      Dims moved(order.size());
+      for (size_t k = 0; k < step.size(); ++k) moved[k] = y.dim(step[k]);
+      // The barrier keeps XLA from folding the steps back into one.
+      Value t = emit_transpose(reshape(y, s.dims), s.permutation);
+      t = emit1("stablehlo.optimization_barrier", {t}, "", t.shape);
+      y = reshape(t, moved);
+      std::rotate(order.begin() + i, order.begin() + j, order.begin() + j + 1);
+    }
+  }
+  y = y.dims() == dims ? y : reshape(y, dims);
+  if (y.result < 0) transposes_.emplace(y.id, std::make_pair(x, permutation));
+  return y;
+}
+
+Value Builder::emit_transpose(const Value& x, const Dims& permutation) {
+  Dims dims(permutation.size());
+  for (size_t i = 0; i < permutation.size(); ++i) dims[i] = x.dim(permutation[i]);
   return emit1("stablehlo.transpose", {x}, "permutation = " + i64_array(permutation),
                Shape{x.type(), dims});
 }

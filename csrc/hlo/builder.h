@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/element_type.h"
@@ -206,9 +207,13 @@ class Builder {
               const std::vector<std::string>& regions = {});
   // Builds the text of a single-block region with scalar arguments.
   std::string region(const std::vector<Shape>& args, const RegionFn& body);
+  Value emit_transpose(const Value& x, const Dims& permutation);
 
   std::vector<Shape> params_;
   std::vector<std::pair<int, int>> aliases_;
+  // Each transpose's operand and permutation, by result id: a transpose of a
+  // transpose is emitted as one.
+  std::unordered_map<int, std::pair<Value, Dims>> transposes_;
   std::string body_;
   std::string* out_ = &body_;
   int indent_ = 4;

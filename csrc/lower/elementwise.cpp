@@ -222,7 +222,22 @@ using UnaryFn = Value (*)(Builder&, const Value&);
 
 // Math functions of floating inputs: integers and bools compute in float32.
 Value exp_of(Builder& b, const Value& x) { return b.exp(x); }
-Value exp2_of(Builder& b, const Value& x) { return b.pow(k(b, x, 2), x); }
+// Complex functions from real parts: f(x + iy) = p(x) q(y) + i r(x) s(y), with
+// the imaginary part exactly 0 where y is (C99's cexp(inf + 0i) = inf + 0i,
+// where inf * sin(0) would make it NaN).
+Value complex_from_parts(Builder& b, const Value& real, const Value& imag_factor,
+                         const Value& sin_y, const Value& y) {
+  Value imag = b.select(cmp(b, y, 0, Comparison::EQ), y, b.mul(imag_factor, sin_y));
+  return b.complex(real, imag);
+}
+
+// 2^z = exp(x ln 2) (cos(y ln 2) + i sin(y ln 2)).
+Value exp2_of(Builder& b, const Value& x) {
+  if (!is_complex(x.type())) return b.pow(k(b, x, 2), x);
+  Value re = b.real(x), im = b.imag(x);
+  Value e = b.exp(b.mul(re, k(b, re, M_LN2))), angle = b.mul(im, k(b, im, M_LN2));
+  return complex_from_parts(b, b.mul(e, b.unary("cosine", angle)), e, b.unary("sine", angle), im);
+}
 Value expm1_of(Builder& b, const Value& x) { return b.unary("exponential_minus_one", x); }
 Value log_of(Builder& b, const Value& x) { return b.log(x); }
 Value log2_of(Builder& b, const Value& x) { return b.mul(b.log(x), k(b, x, 1 / M_LN2)); }
@@ -243,8 +258,20 @@ Value atan_of(Builder& b, const Value& x) {
   Value two = k(b, x, 2);
   return b.atan2(b.mul(x, two), two);
 }
-Value sinh_of(Builder& b, const Value& x) { return chlo(b, "sinh", x); }
-Value cosh_of(Builder& b, const Value& x) { return chlo(b, "cosh", x); }
+// Complex sinh and cosh from real ones: chlo's complex sinh, (e^z - e^-z) / 2,
+// loses all precision near 0.
+//   sinh(x + iy) = sinh x cos y + i cosh x sin y
+//   cosh(x + iy) = cosh x cos y + i sinh x sin y
+template <bool Sinh>
+Value hyperbolic_of(Builder& b, const Value& x) {
+  if (!is_complex(x.type())) return chlo(b, Sinh ? "sinh" : "cosh", x);
+  Value re = b.real(x), im = b.imag(x);
+  Value sh = chlo(b, "sinh", re), ch = chlo(b, "cosh", re);
+  Value cos_y = b.unary("cosine", im), sin_y = b.unary("sine", im);
+  return complex_from_parts(b, b.mul(Sinh ? sh : ch, cos_y), Sinh ? ch : sh, sin_y, im);
+}
+Value sinh_of(Builder& b, const Value& x) { return hyperbolic_of<true>(b, x); }
+Value cosh_of(Builder& b, const Value& x) { return hyperbolic_of<false>(b, x); }
 Value tanh_of(Builder& b, const Value& x) { return b.tanh(x); }
 Value asinh_of(Builder& b, const Value& x) { return chlo(b, "asinh", x); }
 Value acosh_of(Builder& b, const Value& x) { return chlo(b, "acosh", x); }
@@ -609,11 +636,12 @@ std::vector<Value> binary_math(Context& c, const Args& a) {
   return {F(c.b, v[0], v[1])};
 }
 
-// Binary functions PyTorch defines for floating dtypes only.
-template <BinaryFn F>
+// Binary functions PyTorch defines for floating dtypes only (`Complex`: and
+// for complex ones).
+template <BinaryFn F, bool Complex = false>
 std::vector<Value> floating_math(Context& c, const Args& a) {
   ET t = common_type(a, {0, 1});
-  require(is_floating(t), c, t);
+  require(is_floating(t) || (Complex && is_complex(t)), c, t);
   auto v = lift_all(c.b, {&a.operand(0), &a.operand(1)}, t);
   return {F(c.b, v[0], v[1])};
 }
@@ -642,9 +670,26 @@ Value hypot_of(Builder& b, const Value& x, const Value& y) {
   return b.select(b.or_(is_inf(b, x), is_inf(b, y)), k(b, x, INFINITY), r);
 }
 
+// Complex logaddexp as PyTorch's CPU kernel: ordered by real part (y is the
+// larger when the real parts tie), max + log1p(exp(min - max)); NaN if either
+// part of either is; equal infinite real parts give min for -inf and
+// log(exp(min) + exp(max)) for +inf.
+Value complex_logaddexp(Builder& b, const Value& x, const Value& y) {
+  Value x_smaller = cmp(b, b.real(x), b.real(y), Comparison::LT);
+  Value lo = b.select(x_smaller, x, y), hi = b.select(x_smaller, y, x);
+  Value lo_re = b.real(lo);
+  Value r = b.add(b.unary("log_plus_one", b.exp(b.sub(lo, hi))), hi);
+  Value both_inf = b.and_(is_inf(b, lo_re), cmp(b, lo_re, b.real(hi), Comparison::EQ));
+  Value at_inf = b.select(cmp(b, lo_re, 0, Comparison::LT), lo, b.log(b.add(b.exp(lo), b.exp(hi))));
+  r = b.select(both_inf, at_inf, r);
+  Value nan = k(b, lo_re, NAN);
+  return b.select(b.or_(is_nan(b, x), is_nan(b, y)), b.complex(nan, nan), r);
+}
+
 // max + log1p(exp(-|x - y|)), and x when both are the same infinity.
 template <bool Base2>
 Value logaddexp_of(Builder& b, const Value& x, const Value& y) {
+  if (!Base2 && is_complex(x.type())) return complex_logaddexp(b, x, y);
   Value m = nan_max(b, x, y);
   Value d = b.neg(b.abs(b.sub(x, y)));
   Value r = Base2 ? b.mul(b.unary("log_plus_one", exp2_of(b, d)), k(b, x, 1 / M_LN2))
@@ -819,7 +864,7 @@ std::vector<Value> addc(Context& c, const Args& a) {
 
 // unary math
 ELEMENTWISE((unary_math<exp_of, true>), "exp");
-ELEMENTWISE((unary_math<exp2_of, false>), "exp2");
+ELEMENTWISE((unary_math<exp2_of, true>), "exp2");
 ELEMENTWISE((unary_math<expm1_of, true>), "expm1");
 ELEMENTWISE((unary_math<log_of, true>), "log");
 ELEMENTWISE((unary_math<log2_of, true>), "log2");
@@ -829,12 +874,12 @@ ELEMENTWISE((unary_math<sqrt_of, true>), "sqrt");
 ELEMENTWISE((unary_math<rsqrt_of, true>), "rsqrt");
 ELEMENTWISE((unary_math<sin_of, true>), "sin");
 ELEMENTWISE((unary_math<cos_of, true>), "cos");
-ELEMENTWISE((unary_math<tan_of, false>), "tan");
+ELEMENTWISE((unary_math<tan_of, true>), "tan");
 ELEMENTWISE((unary_math<asin_of, true>), "asin");
 ELEMENTWISE((unary_math<acos_of, true>), "acos");
 ELEMENTWISE((unary_math<atan_of, true>), "atan");
-ELEMENTWISE((unary_math<sinh_of, false>), "sinh");
-ELEMENTWISE((unary_math<cosh_of, false>), "cosh");
+ELEMENTWISE((unary_math<sinh_of, true>), "sinh");
+ELEMENTWISE((unary_math<cosh_of, true>), "cosh");
 ELEMENTWISE((unary_math<tanh_of, true>), "tanh");
 ELEMENTWISE((unary_math<asinh_of, true>), "asinh");
 ELEMENTWISE((unary_math<acosh_of, true>), "acosh");
@@ -880,7 +925,7 @@ ELEMENTWISE(binary_math<atan2_of>, "atan2");
 ELEMENTWISE(binary_math<copysign_of>, "copysign.Tensor", "copysign.Scalar");
 ELEMENTWISE(binary_math<xlogy_of>, "xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other");
 ELEMENTWISE(floating_math<hypot_of>, "hypot");
-ELEMENTWISE(floating_math<logaddexp_of<false>>, "logaddexp");
+ELEMENTWISE((floating_math<logaddexp_of<false>, true>), "logaddexp");
 ELEMENTWISE(floating_math<logaddexp_of<true>>, "logaddexp2");
 ELEMENTWISE((extremum<true, false>), "maximum");
 ELEMENTWISE((extremum<false, false>), "minimum");
