@@ -324,6 +324,31 @@ def test_metrics_report_lists_counters():
     assert "compiles" in report and "CPU fallbacks" in report
 
 
+def test_program_cache_is_bounded():
+    """Least recently used programs are dropped (and recompiled when needed again);
+    results and the op named by a late failure survive their program's eviction."""
+    out = run_python(
+        """
+        import torch, torch_tpu
+        xs = [torch.arange(float(n), device="tpu") for n in range(1, 9)]
+        torch_tpu.reset_metrics()
+        for _ in range(2):
+            ys = [x.mul(3) for x in xs]  # 8 shapes through a cache of 4
+        for n, y in enumerate(ys, 1):
+            assert torch.equal(y.cpu(), torch.arange(float(n)) * 3)
+        m = torch_tpu.metrics()
+        assert m["compiles"] == 16 and m["cache_hits"] == 0, m
+        xs[0].mul(3); xs[0].mul(3)
+        assert torch_tpu.metrics()["cache_hits"] == 1
+        print("ok")
+        """,
+        TORCH_TPU_PROGRAM_CACHE_SIZE="4",
+        TORCH_TPU_LOCK_DIR=os.path.join(os.environ["TORCH_TPU_LOCK_DIR"], "bounded"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "ok" in out.stdout
+
+
 def test_several_cpu_devices():
     out = run_python(
         """

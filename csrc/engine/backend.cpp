@@ -159,9 +159,10 @@ runtime::Launch Backend::launch(const runtime::Executable& executable, int devic
   return launch;
 }
 
-void Backend::track(int device, runtime::Event done, const std::string& op) {
+void Backend::track(int device, runtime::Event done, const std::string& op,
+                    std::shared_ptr<runtime::Executable> executable) {
   auto& queue = pending_[device];
-  queue.push_back({std::move(done), op});
+  queue.push_back({std::move(done), op, std::move(executable)});
   drain(queue, launch_blocking_ ? 0 : kMaxInFlight);
 }
 

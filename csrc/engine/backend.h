@@ -48,7 +48,9 @@ class Backend {
   // Remembers that `op` completes with `done`; raises the failure of an
   // earlier launch when the queue is drained (always, under
   // TPU_LAUNCH_BLOCKING=1).
-  void track(int device, runtime::Event done, const std::string& op);
+  // `executable` is kept until the launch completes (the plan cache may drop it).
+  void track(int device, runtime::Event done, const std::string& op,
+             std::shared_ptr<runtime::Executable> executable = nullptr);
   // A device buffer holding one scalar (cached: scalars recur).
   runtime::BufferPtr scalar_buffer(int device, ElementType type, const void* value);
 
@@ -71,6 +73,7 @@ class Backend {
   struct Pending {
     runtime::Event done;
     std::string op;
+    std::shared_ptr<runtime::Executable> executable;
   };
   void drain(std::deque<Pending>& queue, size_t keep);
 

@@ -1,7 +1,11 @@
 #include "engine/executor.h"
 
 #include <atomic>
+#include <cstdlib>
+#include <functional>
+#include <list>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "engine/backend.h"
 #include "engine/metrics.h"
@@ -150,8 +154,15 @@ struct Param {
   ElementType type;  // offsets: index type
 };
 
+// Op names, kept for the life of the process: storages point at the name of
+// the op that last wrote them (failures name it), which may outlive its plan.
+const std::string* interned(const std::string& name) {
+  static auto* names = new std::unordered_set<std::string>();
+  return &*names->insert(name).first;
+}
+
 struct Plan {
-  std::string op;  // the name failures are reported under
+  const std::string* op = nullptr;  // the name failures are reported under
   std::shared_ptr<runtime::Executable> executable;
   std::vector<Param> params;
   std::vector<int> written_slots;  // program output i -> slot index
@@ -164,7 +175,7 @@ Plan build(const OpCall& call, const Signature& sig) {
   Backend& backend = Backend::get();
   hlo::Builder b;
   Plan plan;
-  plan.op = call.name;
+  plan.op = interned(call.name);
   auto add_param = [&](const hlo::Shape& shape, Param p) {
     plan.params.push_back(p);
     return b.parameter(shape);
@@ -311,9 +322,46 @@ Plan build(const OpCall& call, const Signature& sig) {
   return plan;
 }
 
+// Compiled plans by signature, least recently used first out. Bounded because
+// every executable keeps its code mapped (three memory maps each on the CPU
+// plugin): a long process compiling ever new shapes would run out of maps
+// (vm.max_map_count, 65530 by default) and LLVM fails to allocate.
+// TORCH_TPU_PROGRAM_CACHE_SIZE sets the bound (default 4096).
+class PlanCache {
+ public:
+  PlanCache() {
+    const char* size = std::getenv("TORCH_TPU_PROGRAM_CACHE_SIZE");
+    if (size && std::atoll(size) > 0) capacity_ = static_cast<size_t>(std::atoll(size));
+  }
+
+  // The plan for `key`, built by `build` on a miss.
+  const Plan& get(const std::string& key, const std::function<Plan()>& build) {
+    auto it = plans_.find(key);
+    if (it != plans_.end()) {
+      metrics().cache_hits++;
+      order_.splice(order_.begin(), order_, it->second.second);
+      return it->second.first;
+    }
+    metrics().cache_misses++;
+    Plan plan = build();
+    order_.push_front(key);
+    it = plans_.emplace(key, std::make_pair(std::move(plan), order_.begin())).first;
+    if (plans_.size() > capacity_) {
+      plans_.erase(order_.back());
+      order_.pop_back();
+    }
+    return it->second.first;
+  }
+
+ private:
+  size_t capacity_ = 4096;
+  std::list<std::string> order_;  // most recently used first
+  std::unordered_map<std::string, std::pair<Plan, std::list<std::string>::iterator>> plans_;
+};
+
 // Leaked on purpose: executables must outlive every static destructor.
-std::unordered_map<std::string, Plan>& plans() {
-  static auto* cache = new std::unordered_map<std::string, Plan>();
+PlanCache& plans() {
+  static auto* cache = new PlanCache();
   return *cache;
 }
 
@@ -378,15 +426,7 @@ void execute(const OpCall& call) {
     }
   }
 
-  auto& cache = plans();
-  auto it = cache.find(sig.key);
-  if (it == cache.end()) {
-    metrics().cache_misses++;
-    it = cache.emplace(sig.key, build(call, sig)).first;
-  } else {
-    metrics().cache_hits++;
-  }
-  const Plan& plan = it->second;
+  const Plan& plan = plans().get(sig.key, [&] { return build(call, sig); });
   if (!plan.unsupported.empty()) throw lower::Unsupported(plan.unsupported);
 
   std::vector<runtime::BufferPtr> held;
@@ -436,10 +476,10 @@ void execute(const OpCall& call) {
   for (size_t i = 0; i < plan.written_slots.size(); ++i) {
     StorageSlot* slot = sig.slots[plan.written_slots[i]].slot;
     slot->buffer = std::move(launch.outputs[i]);
-    slot->producer = &plan.op;
+    slot->producer = plan.op;
   }
   held.clear();
-  backend.track(call.device, std::move(launch.done), call.name);
+  backend.track(call.device, std::move(launch.done), call.name, plan.executable);
 }
 
 }  // namespace torch_tpu::engine
