@@ -176,21 +176,6 @@ def _grad_like_input(grad_output, self, *args):
     return torch.empty_like(self, memory_format=torch.contiguous_format)
 
 
-# ------------------------------------------------------------------ pooling (out= only)
-
-
-def _adaptive_avg_pool2d(self, output_size):
-    return torch.ops.aten._adaptive_avg_pool2d(self, output_size)
-
-
-def _adaptive_avg_pool3d(self, output_size):
-    return torch.ops.aten._adaptive_avg_pool3d(self, output_size)
-
-
-def _adaptive_avg_pool3d_backward(grad_output, self):
-    return torch.ops.aten._adaptive_avg_pool3d_backward(grad_output, self)
-
-
 KERNELS = {
     "multi_margin_loss_backward": _grad_like_input,
     "multilabel_margin_loss_backward": _grad_like_input,
@@ -219,9 +204,11 @@ KERNELS = {
     "histogram.bin_ct_out": _OutVariant(histogram_bin_ct),
     "histogram.bins_tensor": histogram_bins_tensor,
     "histogram.bins_tensor_out": _OutVariant(histogram_bins_tensor),
-    "adaptive_avg_pool2d.out": _OutVariant(_adaptive_avg_pool2d),
-    "adaptive_avg_pool3d.out": _OutVariant(_adaptive_avg_pool3d),
-    "adaptive_avg_pool3d_backward.grad_input": _OutVariant(_adaptive_avg_pool3d_backward),
+    "adaptive_avg_pool2d.out": _OutVariant(torch.ops.aten._adaptive_avg_pool2d.default),
+    "adaptive_avg_pool3d.out": _OutVariant(torch.ops.aten._adaptive_avg_pool3d.default),
+    "adaptive_avg_pool3d_backward.grad_input": _OutVariant(
+        torch.ops.aten._adaptive_avg_pool3d_backward.default
+    ),
 }
 
 

@@ -439,12 +439,6 @@ Value Builder::transpose(const Value& x, const Dims& permutation) {
     identity &= permutation[i] == static_cast<int64_t>(i);
   }
   if (identity) return x;
-  if (auto it = transposes_.find(x.id); x.result < 0 && it != transposes_.end()) {
-    const auto& [source, inner] = it->second;
-    Dims composed(permutation.size());
-    for (size_t i = 0; i < permutation.size(); ++i) composed[i] = inner[permutation[i]];
-    return transpose(source, composed);
-  }
   CollapsedTranspose c = collapse(x.dims(), permutation);
   Value y = c.dims.size() == static_cast<size_t>(x.rank()) ? x : reshape(x, c.dims);
   if (std::is_sorted(c.permutation.begin(), c.permutation.end())) {
@@ -473,9 +467,7 @@ Value Builder::transpose(const Value& x, const Dims& permutation) {
       std::rotate(order.begin() + i, order.begin() + j, order.begin() + j + 1);
     }
   }
-  y = y.dims() == dims ? y : reshape(y, dims);
-  if (y.result < 0) transposes_.emplace(y.id, std::make_pair(x, permutation));
-  return y;
+  return y.dims() == dims ? y : reshape(y, dims);
 }
 
 Value Builder::emit_transpose(const Value& x, const Dims& permutation) {

@@ -9,7 +9,6 @@
 #include <functional>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "runtime/element_type.h"
@@ -211,9 +210,6 @@ class Builder {
 
   std::vector<Shape> params_;
   std::vector<std::pair<int, int>> aliases_;
-  // Each transpose's operand and permutation, by result id: a transpose of a
-  // transpose is emitted as one.
-  std::unordered_map<int, std::pair<Value, Dims>> transposes_;
   std::string body_;
   std::string* out_ = &body_;
   int indent_ = 4;
