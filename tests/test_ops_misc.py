@@ -403,3 +403,23 @@ def test_fused_gru_cell_and_backward(no_fallback):
 
 def test_logcumsumexp_kernel(no_fallback):
     check(lambda t: aten._logcumsumexp(t, 1), make((3, 7)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_histc(dtype):
+    x = make((7, 9), dtype, low=-6, high=6)
+    check(lambda t: torch.histc(t, 13), x)
+    check(lambda t: torch.histc(t, 5, min=-2, max=3), x)
+    check(lambda t: torch.histc(t, 4), torch.full((5,), 2.0, dtype=dtype))  # empty range widens
+
+
+def test_histc_integers_count_like_cuda():
+    # MoE routers count tokens per expert with histc on integer ids off the CPU, where the
+    # CPU kernel refuses integers; CUDA bins them with integer arithmetic.
+    ids = torch.randint(0, 8, (64,), generator=torch.Generator().manual_seed(0))
+    got = torch.histc(ids.to("tpu"), bins=8, min=0, max=7).cpu()
+    assert got.dtype == torch.int64
+    assert torch.equal(got, torch.bincount(ids, minlength=8))
+    got = torch.histc(ids.int().to("tpu"), bins=3, min=1, max=6).cpu()
+    want = torch.bincount(((ids[(ids >= 1) & (ids <= 6)] - 1) * 3 // 5).clamp(max=2), minlength=3)
+    assert torch.equal(got, want.int())

@@ -40,6 +40,10 @@ def _train(device, optimizer_cls, dtype=torch.float32, steps=3, **kwargs):
         (torch.optim.SGD, dict(lr=0.1, momentum=0.9, weight_decay=0.01)),
         (torch.optim.SGD, dict(lr=0.1, momentum=0.9, nesterov=True, maximize=True)),
         (torch.optim.SGD, dict(lr=0.1, momentum=0.9, dampening=0.5)),
+        (torch.optim.Adagrad, dict(lr=0.1)),
+        (torch.optim.Adagrad, dict(lr=0.1, lr_decay=0.05, weight_decay=0.1, eps=1e-6)),
+        (torch.optim.Adagrad, dict(lr=torch.tensor(0.1), maximize=True)),
+        (torch.optim.Adagrad, dict(lr=0.1, initial_accumulator_value=0.5, lr_decay=0.01)),
     ],
 )
 def test_fused_optimizer_matches_cpu(cls, kwargs):
@@ -57,6 +61,39 @@ def test_fused_adam_bfloat16():
     cpu_params, _ = _train("cpu", torch.optim.Adam, torch.bfloat16, lr=0.01)
     for a, e in zip(tpu_params, cpu_params):
         torch.testing.assert_close(a.cpu(), e)
+
+
+@pytest.mark.parametrize("cls", [torch.optim.SGD, torch.optim.AdamW, torch.optim.Adagrad])
+def test_fused_bfloat16(cls):
+    kwargs = dict(lr=0.01, weight_decay=0.1)
+    if cls is torch.optim.SGD:
+        kwargs["momentum"] = 0.9
+    tpu_params, tpu_state = _train("tpu", cls, torch.bfloat16, **kwargs)
+    cpu_params, cpu_state = _train("cpu", cls, torch.bfloat16, **kwargs)
+    for a, e in zip(tpu_params, cpu_params):
+        torch.testing.assert_close(a.cpu(), e)
+    for a, e in zip(tpu_state, cpu_state):
+        for key in e:
+            torch.testing.assert_close(a[key].cpu(), e[key])
+
+
+@pytest.mark.parametrize("found_inf", [None, 0.0, 1.0])
+@pytest.mark.parametrize("lr", [0.1, torch.tensor(0.1)], ids=["float_lr", "tensor_lr"])
+def test_fused_adagrad_grad_scale_and_found_inf(found_inf, lr):
+    def step(params, grads, sums, steps, scale, inf):
+        torch._fused_adagrad_(
+            params, grads, sums, steps, lr=lr, lr_decay=0.1, weight_decay=0.05, eps=1e-8,
+            maximize=False, grad_scale=scale, found_inf=inf,
+        )  # fmt: skip
+        return params, grads, sums, steps
+
+    params = _params()
+    grads = [torch.randn_like(p) * 64 for p in params]
+    sums = [torch.rand_like(p) for p in params]
+    steps = [torch.tensor(3.0) for _ in params]
+    inf = None if found_inf is None else torch.tensor(found_inf)
+    scale = None if found_inf is None else torch.tensor(64.0)
+    check(step, params, grads, sums, steps, scale, inf)
 
 
 @pytest.mark.parametrize("found_inf", [0.0, 1.0])

@@ -148,6 +148,13 @@ def test_avg_pool2d_integers():
     check(lambda t: F.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False), x)
 
 
+@pytest.mark.parametrize("cfg", [(2560, 0, True, True), (9, 1, True, False), (6, 3, True, True)])
+def test_avg_pool2d_kernel_wider_than_input(cfg):
+    # EfficientNet's head: AvgPool2d(2560, ceil_mode=True) over a 1x1 map.
+    k, p, ceil, cip = cfg
+    run(lambda t: F.avg_pool2d(t, k, None, p, ceil, cip), randn(2, 4, 1, 3), grad=[0])
+
+
 @pytest.mark.parametrize(
     "cfg", [(3, 2, 1, False, True), (4, 3, 2, True, False), (2, 1, 0, False, True)], ids=str
 )

@@ -47,9 +47,14 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from . import _meta, backends
+    from . import _meta, _module_conversion, backends
 
     backends._install()
+    _module_conversion.install()
+    # TPUs compute in bfloat16: torch.autocast("tpu") without a dtype uses it, as TorchTPU
+    # does (PyTorch's default for a PrivateUse1 device is float16). Thread-local in PyTorch:
+    # this sets it for the importing thread.
+    torch.set_autocast_dtype("tpu", torch.bfloat16)
     _meta.register()
     _C._register_ops()
     fallback = os.environ.get("TORCH_TPU_FALLBACK")
@@ -66,6 +71,8 @@ from .metrics import metrics, metrics_report, reset_metrics  # noqa: E402
 from .precision import Precision, _init_from_env  # noqa: E402
 
 _init_from_env()
+
+from . import serialization  # noqa: E402, F401
 
 
 def platform() -> str:

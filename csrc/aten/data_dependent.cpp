@@ -13,6 +13,16 @@ bool is_mask(const at::Tensor& t) {
   return t.scalar_type() == at::kBool || t.scalar_type() == at::kByte;
 }
 
+// The mask indexing `self` from dimension `dim` on covers those dimensions exactly.
+void check_mask_shape(const at::Tensor& self, const at::Tensor& mask, int64_t dim) {
+  for (int64_t k = 0; k < mask.dim(); ++k) {
+    TORCH_CHECK_INDEX(dim + k < self.dim() && mask.size(k) == self.size(dim + k),
+                      "The shape of the mask ", mask.sizes(), " at index ", k,
+                      " does not match the shape of the indexed tensor ", self.sizes(),
+                      " at index ", dim + k);
+  }
+}
+
 // index.Tensor / index_put / _index_put_impl_: (self, Tensor?[] indices, ...).
 void masks_to_indices(std::vector<c10::IValue>& stack, size_t num_args) {
   const size_t first = stack.size() - num_args;
@@ -36,18 +46,35 @@ void masks_to_indices(std::vector<c10::IValue>& stack, size_t num_args) {
       ++dim;
       continue;
     }
-    for (int64_t k = 0; k < index->dim(); ++k) {
-      TORCH_CHECK_INDEX(dim + k < self.dim() && index->size(k) == self.size(dim + k),
-                        "The shape of the mask ", index->sizes(), " at index ", k,
-                        " does not match the shape of the indexed tensor ", self.sizes(),
-                        " at index ", dim + k);
-    }
+    check_mask_shape(self, *index, dim);
     at::Tensor coordinates = at::nonzero(*index);
     for (int64_t k = 0; k < index->dim(); ++k) rewritten.push_back(coordinates.select(1, k));
     dim += index->dim();
     changed = true;
   }
   if (changed) stack[first + 1] = rewritten;
+}
+
+// index_put / _index_put_impl_ with one mask and one value (`x[x > 0] = 0`,
+// Rprop's sign updates) is a select: the lowering takes the mask as it is, with
+// no synchronisation and one program for every mask.
+void masks_to_indices_unless_masked_fill(std::vector<c10::IValue>& stack, size_t num_args) {
+  const size_t first = stack.size() - num_args;
+  c10::List<std::optional<at::Tensor>> indices = stack[first + 1].toOptionalTensorList();
+  const at::Tensor self = stack[first].toTensor();
+  std::optional<at::Tensor> mask;
+  int64_t defined = 0, dim = 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(indices.size()); ++d) {
+    std::optional<at::Tensor> index = indices.get(d);
+    if (!index || !index->defined()) continue;
+    ++defined;
+    mask = index;
+    dim = d;
+  }
+  bool fill = defined == 1 && is_mask(*mask) && mask->device() == self.device() &&
+              stack[first + 2].toTensor().numel() == 1;
+  if (!fill) return masks_to_indices(stack, num_args);
+  check_mask_shape(self, *mask, dim);
 }
 
 // ---------------------------------------------------------------- kernels
@@ -244,8 +271,9 @@ UniqueResult unique_consecutive_tpu(const at::Tensor& self, bool return_inverse,
 }  // namespace
 
 ArgumentRewrite find_argument_rewrite(const std::string& op_name) {
-  for (const char* name : {"aten::index.", "aten::index_put", "aten::_index_put_impl_"}) {
-    if (op_name.rfind(name, 0) == 0) return &masks_to_indices;
+  if (op_name.rfind("aten::index.", 0) == 0) return &masks_to_indices;
+  for (const char* name : {"aten::index_put", "aten::_index_put_impl_"}) {
+    if (op_name.rfind(name, 0) == 0) return &masks_to_indices_unless_masked_fill;
   }
   return nullptr;
 }

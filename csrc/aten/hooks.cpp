@@ -4,6 +4,7 @@
 
 #include "aten/device.h"
 #include "aten/generator.h"
+#include "aten/pinned_memory.h"
 #include "aten/tensor_bridge.h"
 #include "engine/backend.h"
 
@@ -38,8 +39,8 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void* data) const override {
     return at::Device(kTpu, static_cast<engine::StorageSlot*>(data)->device);
   }
-  bool isPinnedPtr(const void* data) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return at::getCPUAllocator(); }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_memory(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return pinned_memory_allocator(); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override;
 };
 

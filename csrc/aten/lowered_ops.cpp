@@ -175,6 +175,9 @@ struct CallBuilder {
         a.is_operand = true;
         a.inputs.push_back(v.isNone() ? std::nullopt : tensor_input(v.toTensor(), name));
         return a;
+      case c10::TypeKind::FloatType:
+        if (!binding.rule->float_operand || schema_arg.name() != binding.rule->float_operand) break;
+        [[fallthrough]];
       case c10::TypeKind::NumberType:
         a.is_operand = true;
         a.inputs.push_back(v.isNone() ? std::nullopt

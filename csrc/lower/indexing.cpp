@@ -208,11 +208,38 @@ std::vector<Value> index(Context& c, const Args& a) {
   return {take(c.b, x, advanced(c.b, x, a.operand_list(1), false))};
 }
 
+// x[mask] = value (or += value) for a single boolean mask over dims
+// [at, at + mask rank) and a single value: a select.
+std::optional<Value> masked_fill_put(Builder& b, const Value& x,
+                                     const std::vector<std::optional<Operand>>& list,
+                                     const Value& value, bool accumulate) {
+  std::optional<Value> mask;
+  int64_t at = 0;
+  for (size_t d = 0; d < list.size(); ++d) {
+    if (!list[d]) continue;
+    if (mask) return std::nullopt;
+    mask = list[d]->value;
+    at = static_cast<int64_t>(d);
+  }
+  ElementType t = mask ? mask->type() : ElementType::Pred;
+  if (!mask || (t != ElementType::Pred && t != ElementType::U8) || value.shape.numel() != 1) {
+    return std::nullopt;
+  }
+  Dims mapping(mask->rank());
+  for (int64_t k = 0; k < mask->rank(); ++k) mapping[k] = at + k;
+  Value spread = b.broadcast_in_dim(convert(b, *mask, ElementType::Pred), x.dims(), mapping);
+  Value v = b.broadcast_in_dim(b.reshape(convert(b, value, x.type()), {}), x.dims(), {});
+  return b.select(spread, accumulate ? b.add(x, v) : v, x);
+}
+
 // index_put(self, Tensor?[] indices, Tensor values, bool accumulate=False) /
 // _index_put_impl_ / _unsafe_index_put
 std::vector<Value> index_put(Context& c, const Args& a) {
   Value x = a.tensor(0);
   bool accumulate = !a.is_none(3) && a.boolean(3);
+  if (auto filled = masked_fill_put(c.b, x, a.operand_list(1), a.tensor(2), accumulate)) {
+    return {*filled};
+  }
   return {put(c.b, x, advanced(c.b, x, a.operand_list(1), false), a.tensor(2), accumulate)};
 }
 

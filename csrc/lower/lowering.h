@@ -130,6 +130,10 @@ struct Rule {
   bool precision = false;
   // Draws random numbers (needs the generator state as an operand).
   bool random = false;
+  // The float argument of this name travels as a runtime scalar operand, not a
+  // compiled-in constant: a value that changes every step (a scheduled
+  // learning rate) must not compile a program per value.
+  const char* float_operand = nullptr;
 };
 
 // Registers `rule` for each ATen operator name ("add.Tensor", "relu").
@@ -160,6 +164,9 @@ class Unsupported : public std::runtime_error {
 // For rules that read Context::precision().
 #define TPU_LOWERING_PRECISION(fn, ...) \
   TPU_REGISTER_RULE((::torch_tpu::lower::Rule{fn, true, false}), __VA_ARGS__)
+// For rules whose float argument `arg` is read as a scalar operand (a.tensor).
+#define TPU_LOWERING_FLOAT_OPERAND(fn, arg, ...) \
+  TPU_REGISTER_RULE((::torch_tpu::lower::Rule{fn, false, false, arg}), __VA_ARGS__)
 // For rules that call Context::random_bits().
 #define TPU_LOWERING_RANDOM(fn, ...) \
   TPU_REGISTER_RULE((::torch_tpu::lower::Rule{fn, false, true}), __VA_ARGS__)

@@ -41,7 +41,7 @@ std::pair<Value, Value> gradient(Builder& b, const Value& grad, ElementType t,
 // max_exp_avg_sqs, state_steps, *, lr, beta1, beta2, weight_decay, eps,
 // amsgrad, maximize, grad_scale, found_inf) -> (self, grads, exp_avgs,
 // exp_avg_sqs, max_exp_avg_sqs); the state steps were already incremented.
-template <bool Decoupled, bool TensorLr>
+template <bool Decoupled>
 std::vector<Value> fused_adam(Context& c, const Args& a) {
   Builder& b = c.b;
   std::vector<Value> params = a.tensors(0), grads = a.tensors(1), exp_avgs = a.tensors(2),
@@ -55,7 +55,7 @@ std::vector<Value> fused_adam(Context& c, const Args& a) {
     ElementType t = accumulation_type(p0.type());
     Value p = convert(b, p0, t);
     auto [g, stored] = gradient(b, grads[i], t, grad_scale, maximize);
-    Value lr = TensorLr ? splat(b, a.tensor(6), t, p.dims()) : constant_like(b, a.real(6), p);
+    Value lr = splat(b, a.tensor(6), t, p.dims());
     if (weight_decay != 0) {
       Value wd = constant_like(b, weight_decay, p);
       if (Decoupled) {
@@ -98,7 +98,6 @@ std::vector<Value> fused_adam(Context& c, const Args& a) {
 // _fused_sgd(self, grads, momentum_buffer_list, *, weight_decay, momentum, lr,
 // dampening, nesterov, maximize, is_first_step, grad_scale, found_inf)
 //   -> (self, grads, momentum_buffer_list)
-template <bool TensorLr>
 std::vector<Value> fused_sgd(Context& c, const Args& a) {
   Builder& b = c.b;
   std::vector<Value> params = a.tensors(0), grads = a.tensors(1), bufs = a.tensors(2);
@@ -111,7 +110,7 @@ std::vector<Value> fused_sgd(Context& c, const Args& a) {
     ElementType t = accumulation_type(p0.type());
     Value p = convert(b, p0, t);
     auto [g, stored] = gradient(b, grads[i], t, grad_scale, maximize);
-    Value lr = TensorLr ? splat(b, a.tensor(5), t, p.dims()) : constant_like(b, a.real(5), p);
+    Value lr = splat(b, a.tensor(5), t, p.dims());
     if (weight_decay != 0) g = b.add(g, b.mul(p, constant_like(b, weight_decay, p)));
     if (momentum != 0) {
       Value buf = first_step ? g
@@ -128,6 +127,48 @@ std::vector<Value> fused_sgd(Context& c, const Args& a) {
   std::vector<Value> out = new_params;
   out.insert(out.end(), new_grads.begin(), new_grads.end());
   out.insert(out.end(), new_bufs.begin(), new_bufs.end());
+  return out;
+}
+
+// _fused_adagrad(self, grads, state_sums, state_steps, *, lr, lr_decay,
+// weight_decay, eps, maximize, grad_scale, found_inf) -> (self, grads,
+// state_sums[, state_steps]); the state steps were already incremented. As
+// PyTorch's CPU kernel: clr = lr / (1 + (step - 1) * lr_decay), the gradient
+// (unscaled, negated to maximize, plus weight decay) squared into the sum, and
+// param -= clr * grad / (sqrt(sum) + eps). The float-lr overload also returns
+// the (unchanged) steps, which its schema marks as written.
+std::vector<Value> fused_adagrad(Context& c, const Args& a) {
+  Builder& b = c.b;
+  std::vector<Value> params = a.tensors(0), grads = a.tensors(1), sums = a.tensors(2),
+                     steps = a.tensors(3);
+  const double lr_decay = a.real(5), weight_decay = a.real(6), eps = a.real(7);
+  const bool maximize = a.boolean(8);
+  std::optional<Value> grad_scale = a.optional_tensor(9), found_inf = a.optional_tensor(10);
+  std::vector<Value> new_params, new_grads, new_sums;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Value& p0 = params[i];
+    ElementType t = accumulation_type(p0.type());
+    Value p = convert(b, p0, t);
+    auto [g, stored] = gradient(b, grads[i], t, grad_scale, maximize);
+    if (weight_decay != 0) g = b.add(g, b.mul(p, constant_like(b, weight_decay, p)));
+    Value lr = splat(b, a.tensor(4), t, p.dims());
+    Value step = splat(b, steps[i], t, p.dims());
+    Value one = constant_like(b, 1.0, p);
+    Value clr = lr;
+    if (lr_decay != 0) {
+      clr = b.div(lr, b.add(one, b.mul(b.sub(step, one), constant_like(b, lr_decay, p))));
+    }
+    Value sum = b.add(convert(b, sums[i], t), b.mul(g, g));
+    Value denom = b.add(b.sqrt(sum), constant_like(b, eps, p));
+    p = b.sub(p, b.div(b.mul(clr, g), denom));
+    new_params.push_back(unless_found_inf(b, found_inf, convert(b, p, p0.type()), p0));
+    new_grads.push_back(unless_found_inf(b, found_inf, stored, grads[i]));
+    new_sums.push_back(unless_found_inf(b, found_inf, convert(b, sum, sums[i].type()), sums[i]));
+  }
+  std::vector<Value> out = new_params;
+  out.insert(out.end(), new_grads.begin(), new_grads.end());
+  out.insert(out.end(), new_sums.begin(), new_sums.end());
+  if (c.num_outputs() > out.size()) out.insert(out.end(), steps.begin(), steps.end());
   return out;
 }
 
@@ -175,12 +216,11 @@ std::vector<Value> amp_update_scale(Context& c, const Args& a) {
 
 }  // namespace
 
-TPU_LOWERING((fused_adam<false, false>), "_fused_adam");
-TPU_LOWERING((fused_adam<false, true>), "_fused_adam.tensor_lr");
-TPU_LOWERING((fused_adam<true, false>), "_fused_adamw");
-TPU_LOWERING((fused_adam<true, true>), "_fused_adamw.tensor_lr");
-TPU_LOWERING(fused_sgd<false>, "_fused_sgd");
-TPU_LOWERING(fused_sgd<true>, "_fused_sgd.tensor_lr");
+// The float-lr overloads read lr as a scalar operand: a scheduler changes it every step.
+TPU_LOWERING_FLOAT_OPERAND(fused_adam<false>, "lr", "_fused_adam", "_fused_adam.tensor_lr");
+TPU_LOWERING_FLOAT_OPERAND(fused_adam<true>, "lr", "_fused_adamw", "_fused_adamw.tensor_lr");
+TPU_LOWERING_FLOAT_OPERAND(fused_sgd, "lr", "_fused_sgd", "_fused_sgd.tensor_lr");
+TPU_LOWERING_FLOAT_OPERAND(fused_adagrad, "lr", "_fused_adagrad", "_fused_adagrad.tensor_lr");
 TPU_LOWERING(amp_unscale, "_amp_foreach_non_finite_check_and_unscale");
 TPU_LOWERING(amp_update_scale, "_amp_update_scale");
 

@@ -226,6 +226,12 @@ AvgArgs avg_args(const Args& a, size_t first, const Value& x, const Dims& out_di
       pool_geometry(x, out_dims, k, a.ints(first + 1), a.ints(first + 2), a.ints(first + 3), {});
   r.count_include_pad = a.boolean(first + 5);
   r.divisor_override = a.optional_integer(first + 6);
+  // A window never counts past the padded input, so a kernel wider than it
+  // (EfficientNet pools a 1x1 map with a 2560-wide kernel) sums and divides
+  // as one exactly that wide; the full width would pad the input by it.
+  for (size_t d = 0; d < k; ++d) {
+    r.pool.kernel[d] = std::min(r.pool.kernel[d], r.pool.in[d] + 2 * r.pool.pad[d]);
+  }
   return r;
 }
 

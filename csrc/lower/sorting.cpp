@@ -439,11 +439,13 @@ Values isin(Context& c, const Args& a) {
 // kernel: min == max means the data's range (widened by 1 each side if it is
 // a single value); bin = (x - lo) * bins / (hi - lo) in the input's type, the
 // last edge belongs to the last bin and values outside [lo, hi] are dropped.
+// Integer inputs, which CUDA bins (MoE routers count tokens per expert so) and
+// the CPU refuses, use CUDA's integer arithmetic.
 Values histc(Context& c, const Args& a) {
   Builder& b = c.b;
   Value x = a.tensor(0);
   ElementType t = x.type();
-  if (!is_floating(t)) throw Unsupported("histc of a non-floating type");
+  if (t == ElementType::Pred || is_complex(t)) throw Unsupported("histc of bool or complex");
   int64_t bins = a.integer(1);
   int64_t n = x.shape.numel();
   Value flat = b.reshape(x, {n});
@@ -465,8 +467,9 @@ Values histc(Context& c, const Args& a) {
       b.and_(b.compare(flat, lo_n, Comparison::GE), b.compare(flat, hi_n, Comparison::LE));
   // The CPU computes in the input's type, rounding every step; XLA may fuse
   // f16/bf16 steps in f32, so the rounding is explicit.
-  ElementType wide = t == ElementType::F64 ? t : ElementType::F32;
-  auto step = [&](const Value& v) { return b.convert(b.convert(v, t), wide); };
+  bool integral = !is_floating(t);
+  ElementType wide = integral ? ElementType::S64 : (t == ElementType::F64 ? t : ElementType::F32);
+  auto step = [&](const Value& v) { return integral ? v : b.convert(b.convert(v, t), wide); };
   Value x_w = b.convert(flat, wide), lo_w = b.convert(lo_n, wide), hi_w = b.convert(hi_n, wide);
   Value width = step(b.sub(hi_w, lo_w));
   Value offset =
