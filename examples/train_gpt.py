@@ -60,6 +60,11 @@ class GPT(nn.Module):
         self.ln = nn.LayerNorm(width)
         self.head = nn.Linear(width, vocab, bias=False)
         self.head.weight = self.tokens.weight  # tied, as in GPT-2
+        for module in self.modules():  # GPT-2's initialisation
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
 
     def forward(self, ids):
         pos = torch.arange(ids.shape[1], device=ids.device)
@@ -159,6 +164,9 @@ def main() -> None:
             )
     torch.tpu.synchronize()
     total = time.perf_counter() - start
+    steady_rate = (
+        steady_tokens / (time.perf_counter() - steady_start) if steady_tokens else math.nan
+    )
     final_val = val_loss()
     metrics = torch_tpu.metrics()
 
@@ -170,8 +178,7 @@ def main() -> None:
         f"validation loss {initial_val:.3f} (untrained) -> {final_val:.3f}; "
         f"train loss {first_loss:.3f} -> {loss.item():.3f}"
     )
-    rate = steady_tokens / (time.perf_counter() - steady_start) if steady_tokens else float("nan")
-    print(f"{args.steps} steps in {total:.1f} s; steady state {rate:,.0f} tokens/s")
+    print(f"{args.steps} steps in {total:.1f} s; steady state {steady_rate:,.0f} tokens/s")
     print(
         f"compiles: {metrics['compiles']} total, {metrics['compiles'] - compiles_after_warmup} "
         f"after step 3; compile time {metrics.get('compile_seconds', float('nan')):.1f} s; "

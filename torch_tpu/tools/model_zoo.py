@@ -303,13 +303,17 @@ def _step(model, inputs):
 
 
 def run_architecture(model_type: str, family: str, class_name: str) -> Result:
-    import torch
+    from torch_tpu.precision import precision
 
-    import torch_tpu
+    with precision("HIGHEST"):
+        return _run_architecture(model_type, family, class_name)
+
+
+def _run_architecture(model_type: str, family: str, class_name: str) -> Result:
+    import torch
 
     result = Result(model_type, family, class_name)
     start = time.perf_counter()
-    torch_tpu.precision.set_precision("HIGHEST")
     try:
         config = shrunk_config(model_type)
         torch.manual_seed(0)
