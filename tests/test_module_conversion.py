@@ -125,9 +125,12 @@ def test_pin_memory_and_non_blocking_copies():
     assert not torch.randn(64).is_pinned()
 
 
-def test_dataloader_pins_batches():
+@pytest.mark.filterwarnings("ignore:pin_memory_device is deprecated:UserWarning")
+@pytest.mark.parametrize("device", [None, "tpu"])
+def test_dataloader_pins_batches(device):
     data = torch.utils.data.TensorDataset(torch.randn(8, 3), torch.arange(8))
-    loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)
+    kwargs = {"pin_memory_device": device} if device else {}
+    loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True, **kwargs)
     for x, y in loader:
         assert x.is_pinned() and y.is_pinned()
         assert x.to("tpu", non_blocking=True).device.type == "tpu"
