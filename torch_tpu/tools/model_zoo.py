@@ -75,6 +75,7 @@ class Result:
     grad_err: float | None = None
     generate_ok: bool | None = None
     tier2: bool = False
+    fallbacks: dict[str, int] = field(default_factory=dict)  # ops run on the CPU instead
     seconds: float = 0.0
     error: str = ""
     notes: list[str] = field(default_factory=list)
@@ -350,6 +351,8 @@ def run_architecture(model_type: str, family: str, class_name: str) -> Result:
 def _run_architecture(model_type: str, family: str, class_name: str) -> Result:
     import torch
 
+    import torch_tpu
+
     result = Result(model_type, family, class_name)
     start = time.perf_counter()
     try:
@@ -364,6 +367,7 @@ def _run_architecture(model_type: str, family: str, class_name: str) -> Result:
         result.seconds = time.perf_counter() - start
         return result
     result.cpu_ok = True
+    before = dict(torch_tpu.metrics()["fallbacks"])
     try:
         tpu_model.to("tpu")
         tpu_out, tpu_loss, tpu_grads = _step(tpu_model, _to(inputs, "tpu"))
@@ -386,6 +390,10 @@ def _run_architecture(model_type: str, family: str, class_name: str) -> Result:
         result.error = f"{type(e).__name__}: {_first_line(e)}"
         if os.environ.get("MODEL_ZOO_TRACEBACK"):
             traceback.print_exc()
+    after = torch_tpu.metrics()["fallbacks"]
+    result.fallbacks = {
+        op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)
+    }
     result.seconds = time.perf_counter() - start
     return result
 
@@ -508,8 +516,16 @@ def _print_row(r: Result) -> None:
     status = "ok" if r.tier2 else ("T1" if r.tier1 else ("skip" if not r.cpu_ok else "FAIL"))
     print(
         f"{r.name:32s} {r.family:16s} {status:5s} fwd {_fmt(r.forward_err):8s} "
-        f"grad {_fmt(r.grad_err):8s} {r.seconds:6.1f}s  {r.error[:120]}",
+        f"grad {_fmt(r.grad_err):8s} fallbacks {sum(r.fallbacks.values()):3d} "
+        f"{r.seconds:6.1f}s  {r.error[:120]}",
         flush=True,
+    )
+
+
+def _fallback_text(r: Result) -> str:
+    return (
+        ", ".join(f"{op.removeprefix('aten::')} x{n}" for op, n in sorted(r.fallbacks.items()))
+        or "-"
     )
 
 
@@ -519,9 +535,11 @@ def summary(results: list[Result]) -> str:
     t1 = sum(r.tier1 for r in counted)
     t2 = sum(r.tier2 for r in counted)
     pct = lambda k: 100.0 * k / n if n else 0.0
+    native = sum(r.tier1 and not r.fallbacks for r in counted)
     return (
         f"model zoo: {n} architectures, Tier 1 {t1}/{n} ({pct(t1):.1f}%), "
-        f"Tier 2 {t2}/{n} ({pct(t2):.1f}%); {len(results) - n} not counted (CPU reference fails)"
+        f"Tier 2 {t2}/{n} ({pct(t2):.1f}%), {native} with no CPU fallback; "
+        f"{len(results) - n} not counted (CPU reference fails)"
     )
 
 
@@ -543,15 +561,17 @@ def markdown(results: list[Result], seconds: float) -> str:
         f"<= {FORWARD_RTOL:g}), loss and gradients (<= {GRAD_RTOL:g}) match the CPU, and "
         "greedy `generate()` gives the same tokens (decoders).",
         "",
-        "| architecture | family | class | Tier 1 | Tier 2 | outputs | gradients | generate | note |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| architecture | family | class | Tier 1 | Tier 2 | outputs | gradients | generate "
+        "| CPU fallbacks | note |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in counted:
         gen = "-" if r.generate_ok is None else ("same" if r.generate_ok else "differs")
         lines.append(
             f"| {r.name} | {r.family} | {r.model_class} | {'yes' if r.tier1 else 'no'} | "
             f"{'yes' if r.tier2 else 'no'} | {_fmt(r.forward_err)} | {_fmt(r.grad_err)} | "
-            f"{gen} | {'; '.join([r.error, *r.notes]).strip('; ').replace('|', '/')} |"
+            f"{gen} | {_fallback_text(r)} | "
+            f"{'; '.join([r.error, *r.notes]).strip('; ').replace('|', '/')} |"
         )
     skipped = [r for r in results if not r.cpu_ok]
     if skipped:
