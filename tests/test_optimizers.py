@@ -400,7 +400,13 @@ def test_lbfgs_matches_cpu(kwargs, dtype):
 
 SCHEDULERS = {
     "StepLR": lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5),
-    "OneCycleLR": lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=8),
+    # Cycles momentum too where the optimizer has one (Adagrad has none).
+    "OneCycleLR": lambda opt: torch.optim.lr_scheduler.OneCycleLR(
+        opt,
+        max_lr=0.1,
+        total_steps=8,
+        cycle_momentum=any(k in opt.defaults for k in ("momentum", "betas")),
+    ),
     "CosineAnnealingLR": lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=5),
     "LambdaLR": lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.9**e),
     "ReduceLROnPlateau": lambda opt: torch.optim.lr_scheduler.ReduceLROnPlateau(
