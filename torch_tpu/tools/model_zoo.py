@@ -187,7 +187,8 @@ def _shrink_dict(d: dict) -> dict:
 
 
 def _keep_kinds(values: list, n: int) -> list:
-    """The first n entries, but one of each distinct (hashable) kind first."""
+    """n entries holding one of each distinct (hashable) kind, as many as fit: the leading
+    entries, then each kind once in order of first appearance."""
     try:
         kinds = list(dict.fromkeys(values))
     except TypeError:
@@ -447,7 +448,6 @@ def worker(names: list[str], outdir: Path) -> None:
     transformers.logging.set_verbosity_error()
     table = {name: (name, family, cls) for name, family, cls in architectures()}
     for name in names:
-        (outdir / f"{name}.started").touch()
         result = run_architecture(*table[name])
         (outdir / f"{name}.json").write_text(json.dumps(asdict(result)))
 
@@ -455,53 +455,49 @@ def worker(names: list[str], outdir: Path) -> None:
 def run_all(entries: list[tuple[str, str, str]], jobs: int) -> list[Result]:
     families = {name: family for name, family, _ in entries}
     pending = [name for name, _, _ in entries]
-    shards = [pending[i::jobs] for i in range(jobs)]
     results: dict[str, Result] = {}
     with tempfile.TemporaryDirectory() as tmp:
         outdir = Path(tmp)
-        running = {}
+        running = {}  # worker -> (its remaining names, shard index, time of its last result)
 
-        def launch(shard, index):
-            todo = [n for n in shard if n not in results]
-            if todo:
-                cmd = [sys.executable, "-m", "torch_tpu.tools.model_zoo", "--worker", str(outdir)]
-                env = dict(os.environ)
-                if jobs > 1:  # the CPU platform only: each worker holds a device of its own
-                    env["TORCH_TPU_LOCK_DIR"] = str(outdir / f"lock{index}")
-                    os.makedirs(env["TORCH_TPU_LOCK_DIR"], exist_ok=True)
-                proc = subprocess.Popen(
-                    cmd + todo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-                )
-                running[proc] = (todo, time.monotonic(), index)
+        def launch(todo, index):
+            if not todo:
+                return
+            cmd = [sys.executable, "-m", "torch_tpu.tools.model_zoo", "--worker", str(outdir)]
+            env = dict(os.environ)
+            if jobs > 1:  # the CPU platform only: each worker holds a device of its own
+                env["TORCH_TPU_LOCK_DIR"] = str(outdir / f"lock{index}")
+                os.makedirs(env["TORCH_TPU_LOCK_DIR"], exist_ok=True)
+            proc = subprocess.Popen(
+                cmd + todo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+            )
+            running[proc] = (todo, index, time.monotonic())
 
-        for index, shard in enumerate(shards):
-            launch(shard, index)
+        for index in range(jobs):
+            launch(pending[index::jobs], index)
         while running:
             time.sleep(0.5)
-            for proc, (todo, since, index) in list(running.items()):
-                for name in todo:
-                    done = outdir / f"{name}.json"
-                    if name not in results and done.exists():
-                        results[name] = Result(**json.loads(done.read_text()))
-                        _print_row(results[name])
-                        running[proc] = (todo, time.monotonic(), index)
-                since = running[proc][1]
-                finished = proc.poll() is not None
-                hung = time.monotonic() - since > WORKER_TIMEOUT_S
-                if finished or hung:
-                    if hung:
-                        proc.kill()
-                        proc.wait()
-                    del running[proc]
-                    current = next((n for n in todo if n not in results), None)
-                    if current is not None and (outdir / f"{current}.started").exists():
-                        why = f"worker hung for {WORKER_TIMEOUT_S} s" if hung else None
-                        why = why or f"worker died (exit code {proc.returncode})"
-                        results[current] = Result(
-                            current, families[current], cpu_ok=True, error=why
-                        )
-                        _print_row(results[current])
-                    launch(todo, index)
+            for proc, (todo, index, last) in list(running.items()):
+                done = [n for n in todo if (outdir / f"{n}.json").exists()]
+                for name in done:
+                    results[name] = Result(**json.loads((outdir / f"{name}.json").read_text()))
+                    _print_row(results[name])
+                todo = [n for n in todo if n not in done]
+                last = time.monotonic() if done else last
+                running[proc] = (todo, index, last)
+                hung = time.monotonic() - last > WORKER_TIMEOUT_S
+                if proc.poll() is None and not hung:
+                    continue
+                if hung:
+                    proc.kill()
+                    proc.wait()
+                del running[proc]
+                if todo:  # the worker stopped inside todo[0]: that row fails, the rest go on
+                    why = f"worker hung for {WORKER_TIMEOUT_S} s" if hung else None
+                    why = why or f"worker died (exit code {proc.returncode})"
+                    results[todo[0]] = Result(todo[0], families[todo[0]], cpu_ok=True, error=why)
+                    _print_row(results[todo[0]])
+                    launch(todo[1:], index)
     return [results[name] for name, _, _ in entries if name in results]
 
 
