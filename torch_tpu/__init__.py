@@ -68,9 +68,13 @@ platform_selection = _configure_backend()
 _register()
 
 from .metrics import metrics, metrics_report, reset_metrics  # noqa: E402
-from .precision import Precision, _init_from_env  # noqa: E402
+from .precision import Precision  # noqa: E402
+from .precision import _init_from_env as _init_precision  # noqa: E402
+from .eager import EagerMode, eager_mode, get_eager_mode, set_eager_mode  # noqa: E402, F401
+from .eager import _init_from_env as _init_eager_mode  # noqa: E402
 
-_init_from_env()
+_init_precision()
+_init_eager_mode()
 
 from . import serialization  # noqa: E402, F401
 
@@ -80,4 +84,14 @@ def platform() -> str:
     return platform_selection.platform
 
 
-__all__ = ["Precision", "metrics", "metrics_report", "platform", "reset_metrics"]
+__all__ = [
+    "EagerMode",
+    "Precision",
+    "eager_mode",
+    "get_eager_mode",
+    "metrics",
+    "metrics_report",
+    "platform",
+    "reset_metrics",
+    "set_eager_mode",
+]

@@ -3,6 +3,7 @@
 #include <ATen/MemoryOverlap.h>
 
 #include "aten/tensor_bridge.h"
+#include "engine/deferred.h"
 #include "engine/executor.h"
 #include "engine/storage_ops.h"
 
@@ -18,8 +19,9 @@ void copy_on_device(const at::Tensor& dst, const at::Tensor& src) {
       d.dtype == s.dtype) {
     return;
   }
-  // Buffers are immutable: a whole-storage copy shares the source buffer.
-  if (d.is_whole_storage() && s.is_whole_storage() && d.sizes == s.sizes && d.dtype == s.dtype &&
+  // Buffers are immutable: a whole-storage copy shares the source buffer
+  // (unless a pending graph owns either value: then the copy joins the graph).
+  if (!engine::is_pending(*d.slot) && !engine::is_pending(*s.slot) && d.is_whole_storage() && s.is_whole_storage() && d.sizes == s.sizes && d.dtype == s.dtype &&
       d.slot->nbytes == s.slot->nbytes && (!s.slot->buffer || s.slot->element_type() == s.dtype)) {
     d.slot->buffer = s.slot->buffer;
     return;

@@ -3,6 +3,7 @@
 #include "aten/device.h"
 #include "aten/tensor_bridge.h"
 #include "engine/backend.h"
+#include "engine/deferred.h"
 
 namespace torch_tpu::aten {
 
@@ -71,10 +72,7 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeEvent(void* event) const override {}
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    if (!engine::Backend::started()) return;
-    auto& backend = engine::Backend::get();
-    std::lock_guard<std::recursive_mutex> lock(backend.mutex());
-    backend.synchronize(device_index);
+    engine::synchronize(device_index);
   }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
 };

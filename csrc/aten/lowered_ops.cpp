@@ -343,8 +343,9 @@ void resolve_math_bits(torch::jit::Stack& stack, size_t num_args, const Binding&
 // ---------------------------------------------------------------- meta cache
 
 // A signature of the arguments that determines what the meta kernel says:
-// layouts, dtypes, static values, and which tensors share a storage. None
-// when the call cannot be cached (it is then always checked).
+// layouts, dtypes, static values, and which tensors share a storage (with
+// their offsets). None when the call cannot be cached (it is then always
+// checked).
 std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionSchema& schema,
                                     c10::ArrayRef<c10::IValue> args) {
   std::string key;
@@ -354,6 +355,8 @@ std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionS
     key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
   };
   std::vector<const c10::StorageImpl*> storages;
+  // Per tpu tensor: the first tensor with its storage, and its offset.
+  std::vector<std::pair<int64_t, int64_t>> aliasing;
   bool shared = false;
   auto put_tensor = [&](const at::Tensor& t) {
     if (!t.defined()) return put('u');
@@ -365,8 +368,10 @@ std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionS
       return;
     }
     const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-    for (auto* seen : storages) shared |= seen == impl;
+    int first = static_cast<int>(std::find(storages.begin(), storages.end(), impl) - storages.begin());
+    shared |= first < static_cast<int>(storages.size());
     storages.push_back(impl);
+    aliasing.emplace_back(first, t.storage_offset());
     put('t');
     put(t.scalar_type());
     put(t.device().index());
@@ -451,9 +456,12 @@ std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionS
       return std::nullopt;
     }
   }
-  // Overlap checks depend on offsets: calls whose tensors share a storage are
-  // always checked.
-  if (shared) return std::nullopt;
+  // Overlap checks depend on which tensors share a storage and where they
+  // start in it.
+  if (shared) {
+    key.append(reinterpret_cast<const char*>(aliasing.data()),
+               aliasing.size() * sizeof(aliasing[0]));
+  }
   return key;
 }
 

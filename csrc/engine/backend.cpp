@@ -1,5 +1,6 @@
 #include "engine/backend.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -36,11 +37,6 @@ BackendConfig& mutable_config() {
 std::unique_ptr<Backend>& instance() {
   static auto* backend = new std::unique_ptr<Backend>();
   return *backend;
-}
-
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::strcmp(v, "0") != 0;
 }
 
 // Pending launches kept per device before the oldest is awaited: bounds host
@@ -99,7 +95,6 @@ Backend::Backend() {
     locks_.push_back(std::make_unique<runtime::DeviceLock>(c.platform, i));
   }
   pending_.resize(client_->device_count());
-  launch_blocking_ = env_flag("TPU_LAUNCH_BLOCKING");
 
   // Measured on the CPU plugin (demo CNN): xla_backend_optimization_level=0
   // cut compile time by ~20% but made execution 2.5x slower, and disabling
@@ -163,8 +158,15 @@ void Backend::track(int device, runtime::Event done, const std::string& op,
                     std::shared_ptr<runtime::Executable> executable) {
   auto& queue = pending_[device];
   queue.push_back({std::move(done), op, std::move(executable)});
-  drain(queue, launch_blocking_ ? 0 : kMaxInFlight);
+  drain(queue, launch_blocking() ? 0 : kMaxInFlight);
 }
+
+namespace {
+std::atomic<bool> g_launch_blocking{false};
+}
+
+void Backend::set_launch_blocking(bool blocking) { g_launch_blocking = blocking; }
+bool Backend::launch_blocking() { return g_launch_blocking; }
 
 runtime::BufferPtr Backend::scalar_buffer(int device, ElementType type, const void* value) {
   std::string key(reinterpret_cast<const char*>(&device), sizeof(device));

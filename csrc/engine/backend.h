@@ -64,6 +64,11 @@ class Backend {
   // first failure of asynchronous execution.
   void synchronize(int device);
 
+  // Debug eager (TPU_LAUNCH_BLOCKING=1): every launch completes before the
+  // next op, so a failure surfaces at the op that caused it.
+  static void set_launch_blocking(bool blocking);
+  static bool launch_blocking();
+
   // The engine-wide lock: ops from several threads (autograd's device thread,
   // user threads) serialise here.
   std::recursive_mutex& mutex() { return mutex_; }
@@ -82,7 +87,6 @@ class Backend {
   std::vector<std::deque<Pending>> pending_;
   std::map<std::string, runtime::BufferPtr> scalars_;
   std::string fast_options_, full_options_;
-  bool launch_blocking_ = false;
   std::recursive_mutex mutex_;
 };
 

@@ -12,14 +12,26 @@ std::map<std::string, int64_t> Metrics::fallbacks() const {
   return fallbacks_;
 }
 
+void Metrics::count_materialization(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++materializations_[reason];
+}
+
+std::map<std::string, int64_t> Metrics::materializations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return materializations_;
+}
+
 void Metrics::reset() {
   for (auto* counter :
        {&compiles, &compile_nanos, &cache_hits, &cache_misses, &executions, &host_to_device_bytes,
-        &host_to_device_transfers, &device_to_host_bytes, &device_to_host_transfers}) {
+        &host_to_device_transfers, &device_to_host_bytes, &device_to_host_transfers,
+        &deferred_ops}) {
     counter->store(0);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   fallbacks_.clear();
+  materializations_.clear();
 }
 
 Metrics& metrics() {

@@ -20,14 +20,20 @@ struct Metrics {
   std::atomic<int64_t> host_to_device_transfers{0};
   std::atomic<int64_t> device_to_host_bytes{0};
   std::atomic<int64_t> device_to_host_transfers{0};
+  // DeferAndFuse: ops recorded into pending graphs.
+  std::atomic<int64_t> deferred_ops{0};
 
   void count_fallback(const std::string& op);
   std::map<std::string, int64_t> fallbacks() const;
+  // DeferAndFuse: graphs materialised, by reason ("host_read", "step", ...).
+  void count_materialization(const std::string& reason);
+  std::map<std::string, int64_t> materializations() const;
   void reset();
 
  private:
   mutable std::mutex mutex_;
   std::map<std::string, int64_t> fallbacks_;
+  std::map<std::string, int64_t> materializations_;
 };
 
 Metrics& metrics();

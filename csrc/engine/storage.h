@@ -13,6 +13,8 @@ namespace torch_tpu::engine {
 
 using hlo::Dims;
 
+struct PendingSlot;
+
 struct StorageSlot {
   int device = 0;
   size_t nbytes = 0;
@@ -20,6 +22,13 @@ struct StorageSlot {
   runtime::BufferPtr buffer;
   // The op that wrote `buffer` (for messages about failed launches).
   const std::string* producer = nullptr;
+  // Set while a deferred graph (DeferAndFuse) holds the slot's value: the
+  // buffer is then the graph's until it is materialised.
+  PendingSlot* pending = nullptr;
+
+  // A slot freed while pending leaves its graph (its value is no longer an
+  // output of the graph).
+  ~StorageSlot();
 
   // Element type of `buffer` (valid when it is set).
   ElementType element_type() const { return buffer ? buffer->type() : ElementType::Invalid; }

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "engine/backend.h"
+#include "engine/deferred.h"
 #include "engine/executor.h"
 #include "engine/view_layout.h"
 #include "lower/lowering.h"
@@ -27,6 +28,7 @@ std::shared_ptr<runtime::Executable> cached(const std::string& key,
 void resize_storage(StorageSlot& slot, size_t nbytes) {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  materialize(slot, FlushReason::Storage);
   if (!slot.buffer || nbytes == slot.nbytes) {
     slot.nbytes = nbytes;
     return;
@@ -55,6 +57,7 @@ void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64
   if (static_cast<size_t>(numel * element_size(type)) != slot.nbytes) {
     throw std::logic_error("upload_storage: size mismatch");
   }
+  materialize(slot, FlushReason::Storage);
   slot.buffer = backend.upload(data, type, {numel}, slot.device);
 }
 
@@ -63,6 +66,7 @@ void download_view(const TensorView& view, void* dst) {
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   int64_t numel = view.numel();
   if (numel == 0) return;
+  materialize(*view.slot, FlushReason::HostRead);
   if (!view.slot->buffer) {  // never written: zeros
     std::memset(dst, 0, numel * element_size(view.dtype));
     return;
@@ -78,6 +82,7 @@ void download_view(const TensorView& view, void* dst) {
                     nullptr};
   copy_view(view, {&dense, view.dtype, view.sizes, contiguous_strides(view.sizes), 0},
             "copy to host");
+  materialize(dense, FlushReason::HostRead);
   backend.download(*dense.buffer, dst, what);
 }
 
@@ -100,6 +105,8 @@ void copy_view(const TensorView& src, const TensorView& dst, const std::string& 
 void copy_storage_across_devices(StorageSlot& dst, const StorageSlot& src) {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  materialize(src, FlushReason::Storage);
+  materialize(dst, FlushReason::Storage);
   dst.buffer = src.buffer ? backend.copy_to_device(*src.buffer, dst.device) : nullptr;
 }
 

@@ -9,6 +9,7 @@
 #include "aten/lowered_ops.h"
 #include "aten/tensor_bridge.h"
 #include "engine/backend.h"
+#include "engine/deferred.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
 
@@ -34,6 +35,10 @@ py::dict metrics() {
   py::dict fallbacks;
   for (const auto& [op, n] : m.fallbacks()) fallbacks[py::str(op)] = n;
   d["fallbacks"] = fallbacks;
+  d["deferred_ops"] = m.deferred_ops.load();
+  py::dict materializations;
+  for (const auto& [reason, n] : m.materializations()) materializations[py::str(reason)] = n;
+  d["materializations"] = materializations;
   return d;
 }
 
@@ -104,12 +109,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_plugin_info", &plugin_info);
   m.def(
       "_synchronize",
-      [](int device) {
-        if (!engine::Backend::started()) return;
-        auto& b = backend();
-        std::lock_guard<std::recursive_mutex> lock(b.mutex());
-        b.synchronize(device);
-      },
+      [](int device) { engine::synchronize(device); }, py::call_guard<py::gil_scoped_release>());
+  m.def("_set_eager_mode", [](int mode) { engine::set_eager_mode(static_cast<engine::EagerMode>(mode)); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("_get_eager_mode", [] { return static_cast<int>(engine::eager_mode()); });
+  // The end of a training step (optimizer.step): the natural cut of a graph,
+  // so every step yields the same graphs.
+  m.def(
+      "_mark_step", [] { engine::flush(-1, engine::FlushReason::Step); },
       py::call_guard<py::gil_scoped_release>());
   m.def("_metrics", &metrics);
   m.def("_reset_metrics", [] { engine::metrics().reset(); });
@@ -133,6 +140,7 @@ PYBIND11_MODULE(_C, m) {
   // asynchronously with `message`.
   m.def("_poison_storage", [](const at::Tensor& t, const std::string& message) {
     auto* slot = aten::slot_of(t);
+    engine::materialize(*slot, engine::FlushReason::Storage);
     auto& client = backend().client();
     ElementType type = aten::element_type(t.scalar_type());
     slot->buffer = client.error_buffer(

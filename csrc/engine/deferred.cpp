@@ -1,0 +1,281 @@
+#include "engine/deferred.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <unordered_map>
+
+#include "engine/backend.h"
+#include "engine/executor.h"
+#include "engine/metrics.h"
+#include "engine/program.h"
+
+namespace torch_tpu::engine {
+
+// A storage in a pending graph. Recorded views point at `shadow`, which holds
+// the storage's size and the buffer it had before the graph: the graph owns
+// that value until it is materialised, so freeing the storage meanwhile is
+// safe.
+struct PendingSlot {
+  StorageSlot shadow;
+  StorageSlot* live = nullptr;  // the tensors' storage; null once freed
+  int index = 0;
+  bool written = false;
+};
+
+namespace {
+
+std::atomic<int> g_mode{static_cast<int>(EagerMode::Strict)};
+
+struct RecordedOp {
+  OpCall call;  // its views point at shadows
+  Signature sig;
+  std::vector<int> storage_of;  // graph storage of each of sig.slots
+  hlo::Precision precision;
+  RandomState random;
+};
+
+struct Graph {
+  std::deque<PendingSlot> slots;  // stable addresses: views point into them
+  std::deque<RecordedOp> ops;
+  std::string key;  // the ops' signatures and storage maps, in order
+};
+
+// Pending graphs by device; guarded by the backend mutex. Leaked: they hold
+// buffers, which must outlive every static destructor.
+std::vector<Graph>& graphs() {
+  static auto* g = new std::vector<Graph>();
+  return *g;
+}
+
+Graph& graph_of(int device) {
+  auto& g = graphs();
+  if (static_cast<int>(g.size()) <= device) g.resize(device + 1);
+  return g[device];
+}
+
+// What recording needs to know of an op before it runs: whether its rule
+// accepts the inputs and how many random offsets it draws. Found by lowering
+// the op alone (no compile), once per signature.
+struct OpInfo {
+  std::string unsupported;
+  int64_t random_consumed = 0;
+};
+
+const OpInfo& op_info(const OpCall& call, const Signature& sig, hlo::Precision precision) {
+  static auto* infos = new std::unordered_map<std::string, OpInfo>();
+  auto it = infos->find(sig.key);
+  if (it != infos->end()) return it->second;
+  if (infos->size() > 100000) infos->clear();
+  std::vector<const StorageSlot*> storages;
+  for (const SlotUse& use : sig.slots) storages.push_back(use.slot);
+  OpInfo info;
+  try {
+    ProgramBuilder builder(storages);
+    info.random_consumed = builder.emit({&call, &sig, nullptr, precision}, 0);
+  } catch (const lower::Unsupported& e) {
+    info.unsupported = e.what();
+  }
+  return infos->emplace(sig.key, std::move(info)).first->second;
+}
+
+PendingSlot& adopt(Graph& g, StorageSlot* slot) {
+  if (slot->pending) return *slot->pending;
+  PendingSlot& ps = g.slots.emplace_back();
+  ps.shadow.device = slot->device;
+  ps.shadow.nbytes = slot->nbytes;
+  ps.shadow.buffer = std::move(slot->buffer);
+  ps.shadow.producer = slot->producer;
+  ps.live = slot;
+  ps.index = static_cast<int>(g.slots.size()) - 1;
+  slot->pending = &ps;
+  return ps;
+}
+
+// "fused program of 57 ops: aten::mm, aten::add.Tensor, ..." (distinct names
+// in order): asynchronous failures of the program are reported under it.
+std::string program_name(const Graph& g) {
+  std::vector<const std::string*> names;
+  for (const RecordedOp& op : g.ops) {
+    bool seen = false;
+    for (const std::string* n : names) seen |= *n == op.call.name;
+    if (!seen) names.push_back(&op.call.name);
+  }
+  std::string out = "fused program of " + std::to_string(g.ops.size()) + " ops:";
+  for (size_t i = 0; i < names.size() && i < 12; ++i) out += (i ? ", " : " ") + *names[i];
+  if (names.size() > 12) out += ", ...";
+  return out;
+}
+
+const char* reason_name(FlushReason reason) {
+  switch (reason) {
+    case FlushReason::HostRead:
+      return "host_read";
+    case FlushReason::Synchronize:
+      return "synchronize";
+    case FlushReason::SizeLimit:
+      return "size_limit";
+    case FlushReason::Step:
+      return "step";
+    case FlushReason::ModeSwitch:
+      return "mode_switch";
+    case FlushReason::Storage:
+      return "storage";
+  }
+  return "";
+}
+
+void flush_graph(int device, FlushReason reason) {
+  Graph& g = graph_of(device);
+  if (g.ops.empty()) return;
+  Backend& backend = Backend::get();
+
+  std::vector<const StorageSlot*> storages;
+  std::vector<bool> keep;
+  std::string key = std::move(g.key);
+  for (const PendingSlot& ps : g.slots) {
+    storages.push_back(&ps.shadow);
+    keep.push_back(ps.live && ps.written);
+    key.append(reinterpret_cast<const char*>(&ps.shadow.nbytes), sizeof(size_t));
+    key.push_back(static_cast<char>(ps.shadow.element_type()));
+    key.push_back(static_cast<char>(keep.back()));
+  }
+  std::vector<ProgramOp> ops;
+  for (const RecordedOp& op : g.ops) {
+    ops.push_back({&op.call, &op.sig, &op.storage_of, op.precision, op.random});
+  }
+
+  auto release = [&](const std::function<runtime::BufferPtr(const PendingSlot&)>& written) {
+    for (PendingSlot& ps : g.slots) {
+      if (!ps.live) continue;
+      ps.live->pending = nullptr;
+      if (!ps.written) ps.live->buffer = std::move(ps.shadow.buffer);
+      else if (written) ps.live->buffer = written(ps);
+    }
+    g.slots.clear();
+    g.ops.clear();
+  };
+
+  metrics().count_materialization(reason_name(reason));
+  if (std::find(keep.begin(), keep.end(), true) == keep.end()) {
+    release(nullptr);  // no value of the graph is still referenced
+    return;
+  }
+  try {
+    const Program& program = cached_program(key, [&] {
+      ProgramBuilder builder(storages);
+      for (size_t i = 0; i < ops.size(); ++i) builder.emit(ops[i], static_cast<int>(i));
+      return builder.finish(interned(program_name(g)), keep);
+    });
+    runtime::Launch launch = launch_program(program, device, storages, ops);
+    for (size_t i = 0; i < program.output_slots.size(); ++i) {
+      StorageSlot* live = g.slots[program.output_slots[i]].live;
+      live->buffer = std::move(launch.outputs[i]);
+      live->producer = program.name;
+    }
+    release(nullptr);
+    backend.track(device, std::move(launch.done), *program.name, program.executable);
+  } catch (const std::exception& e) {
+    // The written storages can never get their values: reading them raises
+    // this failure.
+    std::string message = std::string("materialising pending tpu ops failed: ") + e.what();
+    release([&](const PendingSlot& ps) {
+      ElementType t = ps.shadow.buffer ? ps.shadow.element_type() : ElementType::U8;
+      int64_t n = static_cast<int64_t>(ps.shadow.nbytes) / element_size(t);
+      return backend.client().error_buffer(message, t, {n}, device);
+    });
+    throw;
+  }
+}
+
+}  // namespace
+
+StorageSlot::~StorageSlot() {
+  if (!pending) return;
+  std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+  if (pending) pending->live = nullptr;
+}
+
+EagerMode eager_mode() { return static_cast<EagerMode>(g_mode.load()); }
+
+void set_eager_mode(EagerMode mode) {
+  if (Backend::started()) {
+    std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+    flush(-1, FlushReason::ModeSwitch);
+  }
+  g_mode = static_cast<int>(mode);
+  Backend::set_launch_blocking(mode == EagerMode::Debug);
+}
+
+int max_graph_ops() {
+  static const int limit = [] {
+    const char* v = std::getenv("TORCH_TPU_DEFER_MAX_OPS");
+    return v && std::atoi(v) > 0 ? std::atoi(v) : 2048;
+  }();
+  return limit;
+}
+
+void record(const OpCall& call) {
+  hlo::Precision prec = precision();
+  Signature sig = signature(call, prec);
+  const OpInfo& info = op_info(call, sig, prec);
+  if (!info.unsupported.empty()) throw lower::Unsupported(info.unsupported);
+
+  Graph& g = graph_of(call.device);
+  RecordedOp& op = g.ops.emplace_back();
+  op.call = call;
+  op.precision = prec;
+  if (call.random) {
+    op.random = *call.random;
+    call.random->offset += info.random_consumed;
+  }
+  op.storage_of.reserve(sig.slots.size());
+  for (SlotUse& use : sig.slots) {
+    PendingSlot& ps = adopt(g, use.slot);
+    op.storage_of.push_back(ps.index);
+    use.slot = &ps.shadow;
+  }
+  // The copy's views and signature point at the shadows and the copy's inputs.
+  op.sig = std::move(sig);
+  op.sig.inputs.clear();
+  for (CallArg& arg : op.call.args) {
+    for (auto& in : arg.inputs) {
+      if (!in) continue;
+      if (in->on_device) in->view.slot = &in->view.slot->pending->shadow;
+      op.sig.inputs.push_back(&*in);
+    }
+  }
+  for (TensorView& t : op.call.targets) {
+    if (!t.slot) continue;
+    PendingSlot* ps = t.slot->pending;
+    ps->written = true;
+    t.slot = &ps->shadow;
+  }
+  g.key += op.sig.key;
+  g.key.append(reinterpret_cast<const char*>(op.storage_of.data()),
+               op.storage_of.size() * sizeof(int));
+  metrics().deferred_ops++;
+  if (static_cast<int>(g.ops.size()) >= max_graph_ops()) flush(call.device, FlushReason::SizeLimit);
+}
+
+void flush(int device, FlushReason reason) {
+  if (!Backend::started()) return;
+  std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+  if (device >= 0) {
+    flush_graph(device, reason);
+    return;
+  }
+  for (size_t d = 0; d < graphs().size(); ++d) flush_graph(static_cast<int>(d), reason);
+}
+
+
+void synchronize(int device) {
+  if (!Backend::started()) return;
+  Backend& backend = Backend::get();
+  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  flush(device, FlushReason::Synchronize);
+  backend.synchronize(device);
+}
+
+}  // namespace torch_tpu::engine

@@ -1,0 +1,46 @@
+// DeferAndFuse: ops append to a per-device graph of pending values instead of
+// running; the graph is compiled as one program (cached by its structure) and
+// run when a value is needed outside it. The eager mode chooses between this
+// and strict eager.
+#pragma once
+
+#include <string>
+
+#include "engine/op_call.h"
+
+namespace torch_tpu::engine {
+
+enum class EagerMode : int { Strict, Debug, DeferAndFuse };
+
+EagerMode eager_mode();
+// Materialises pending work first; Debug also makes every launch blocking.
+void set_eager_mode(EagerMode mode);
+
+// Appends `call` to its device's graph. Validates it as strict execution
+// would (the rule may decline with lower::Unsupported) and draws its random
+// offsets now, so results equal strict mode's.
+void record(const OpCall& call);
+
+// Why a graph is materialised (counted in the metrics).
+enum class FlushReason : int { HostRead, Synchronize, SizeLimit, Step, ModeSwitch, Storage };
+
+// Compiles (or finds) and launches the pending graph of `device` (-1: every
+// device). Asynchronous: the slots hold the results' buffers on return.
+void flush(int device, FlushReason reason);
+
+// Materialises the pending work of `device` (-1: all) and waits for it;
+// raises the first failure of asynchronous execution. No-op before the
+// backend starts.
+void synchronize(int device);
+
+// The slot's value is pending: it must be materialised before its buffer is
+// read or replaced outside a graph.
+inline bool is_pending(const StorageSlot& slot) { return slot.pending != nullptr; }
+inline void materialize(const StorageSlot& slot, FlushReason reason) {
+  if (slot.pending) flush(slot.device, reason);
+}
+
+// The op count at which a graph is materialised (TORCH_TPU_DEFER_MAX_OPS).
+int max_graph_ops();
+
+}  // namespace torch_tpu::engine

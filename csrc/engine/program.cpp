@@ -1,0 +1,448 @@
+#include "engine/program.h"
+
+#include <cstdlib>
+#include <list>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/backend.h"
+#include "engine/metrics.h"
+#include "engine/view_layout.h"
+#include "lower/helpers.h"
+
+namespace torch_tpu::engine {
+
+namespace {
+
+// ---------------------------------------------------------------- signature
+
+class KeyWriter {
+ public:
+  explicit KeyWriter(std::string& out) : out_(out) {}
+  template <class T>
+  void put(const T& v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void put_dims(const Dims& d) {
+    put(static_cast<uint8_t>(d.size()));
+    out_.append(reinterpret_cast<const char*>(d.data()), d.size() * sizeof(int64_t));
+  }
+  void put_str(const std::string& s) {
+    put(static_cast<uint32_t>(s.size()));
+    out_ += s;
+  }
+  void put_static(const lower::Static& v) {
+    put(static_cast<uint8_t>(v.index()));
+    std::visit(
+        [this](const auto& x) {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, lower::None>) {
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            put_str(x);
+          } else if constexpr (std::is_same_v<T, lower::IntList>) {
+            put_dims(x);
+          } else if constexpr (std::is_same_v<T, lower::FloatList>) {
+            put(static_cast<uint32_t>(x.size()));
+            for (double d : x) put(d);
+          } else if constexpr (std::is_same_v<T, lower::BoolList>) {
+            put(static_cast<uint32_t>(x.size()));
+            for (bool b : x) put(b);
+          } else {
+            put(x);
+          }
+        },
+        v);
+  }
+  void put_view(const TensorView& v) {
+    put(v.dtype);
+    put_dims(v.sizes);
+    put_dims(v.strides);
+    put(v.offset == 0);
+  }
+
+ private:
+  std::string& out_;
+};
+
+int slot_index(std::vector<SlotUse>& slots, StorageSlot* slot) {
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].slot == slot) return static_cast<int>(i);
+  }
+  slots.push_back({slot});
+  return static_cast<int>(slots.size()) - 1;
+}
+
+}  // namespace
+
+Signature signature(const OpCall& call, hlo::Precision precision) {
+  Signature sig;
+  KeyWriter k(sig.key);
+  k.put_str(call.name);
+  k.put(call.rule);
+  for (const CallArg& arg : call.args) {
+    k.put(static_cast<uint8_t>(arg.is_operand | (arg.is_list << 1)));
+    if (!arg.is_operand) {
+      k.put_static(arg.value);
+      continue;
+    }
+    k.put(static_cast<uint32_t>(arg.inputs.size()));
+    for (const auto& in : arg.inputs) {
+      k.put(static_cast<uint8_t>(in ? 1 + in->on_device : 0));
+      if (!in) continue;
+      k.put(in->dtype);
+      k.put(in->category);
+      sig.inputs.push_back(&*in);
+      if (in->on_device) {
+        int s = slot_index(sig.slots, in->view.slot);
+        sig.slots[s].read = true;
+        sig.input_slot.push_back(s);
+        k.put(s);
+        k.put_view(in->view);
+      } else {
+        sig.input_slot.push_back(-1);
+        k.put(in->scalar.type);
+      }
+    }
+  }
+  for (const TensorView& t : call.targets) {
+    if (!t.slot) {  // a result nobody asked for (e.g. a masked-out gradient)
+      sig.target_slot.push_back(-1);
+      k.put(-1);
+      continue;
+    }
+    int s = slot_index(sig.slots, t.slot);
+    sig.target_slot.push_back(s);
+    k.put(s);
+    k.put_view(t);
+    ViewLayout layout = classify(t);
+    bool whole = layout.kind == ViewLayout::Kind::Dense && layout.covers_storage;
+    if (!whole && layout.kind != ViewLayout::Kind::Empty) {
+      sig.slots[s].read = true;  // a partial write keeps the rest
+    }
+  }
+  for (const SlotUse& use : sig.slots) {
+    k.put(use.slot->nbytes);
+    k.put(use.slot->element_type());
+    k.put(use.read);
+  }
+  if (call.rule->precision) k.put(precision);
+  return sig;
+}
+
+const std::string* interned(const std::string& name) {
+  static auto* names = new std::unordered_set<std::string>();
+  return &*names->insert(name).first;
+}
+
+// ---------------------------------------------------------------- builder
+
+struct ProgramBuilder::State {
+  hlo::Builder b;
+  std::vector<const StorageSlot*> storages;
+  // Current value of each storage: its initial buffer (a parameter), zeros
+  // (never written) or what an emitted op wrote; created on first use.
+  std::vector<std::optional<Value>> value;
+  std::vector<int> param_of;  // storage -> its parameter, or -1
+  std::vector<bool> written;
+  std::vector<Param> params;
+  int64_t first_random = -1;
+
+  Value param(const hlo::Shape& shape, Param p) {
+    params.push_back(p);
+    return b.parameter(shape);
+  }
+
+  // The storage's current value; `type` gives the zeros of a never-written one a type.
+  Value& current(int s, ElementType type) {
+    if (!value[s]) {
+      const StorageSlot* slot = storages[s];
+      if (slot->buffer) {
+        ElementType t = slot->element_type();
+        param_of[s] = static_cast<int>(params.size());
+        value[s] = param({t, {static_cast<int64_t>(slot->nbytes) / element_size(t)}},
+                         {Param::Source::Storage, 0, s, t});
+      } else {
+        value[s] = b.full({type, {static_cast<int64_t>(slot->nbytes) / element_size(type)}}, 0);
+      }
+    }
+    return *value[s];
+  }
+};
+
+ProgramBuilder::ProgramBuilder(std::vector<const StorageSlot*> storages)
+    : state_(std::make_unique<State>()) {
+  size_t n = storages.size();
+  state_->storages = std::move(storages);
+  state_->value.resize(n);
+  state_->param_of.assign(n, -1);
+  state_->written.assign(n, false);
+}
+
+ProgramBuilder::~ProgramBuilder() = default;
+
+bool ProgramBuilder::written(int storage) const { return state_->written[storage]; }
+
+int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
+  State& st = *state_;
+  hlo::Builder& b = st.b;
+  const OpCall& call = *op.call;
+  const Signature& sig = *op.sig;
+
+  // Operands.
+  std::vector<lower::Arg> args;
+  size_t next_input = 0;
+  for (const CallArg& arg : call.args) {
+    lower::Arg a;
+    a.value = arg.value;
+    a.is_operand = arg.is_operand;
+    a.is_list = arg.is_list;
+    for (const auto& in : arg.inputs) {
+      if (!in) {
+        a.operands.push_back(std::nullopt);
+        continue;
+      }
+      int i = static_cast<int>(next_input++);
+      lower::Operand operand;
+      operand.dtype = in->dtype;
+      operand.category = in->category;
+      if (in->on_device) {
+        const TensorView& v = in->view;
+        ViewLayout layout = classify(v);
+        std::optional<Value> offset;
+        ElementType itype = index_type(v.storage_numel());
+        if (layout.needs_offset()) {
+          offset = st.param({itype, {}}, {Param::Source::InputOffset, index, i, itype});
+        }
+        Value flat = reinterpret(b, st.current(op.storage(sig.input_slot[i]), v.dtype), v.dtype);
+        operand.value = read_view(b, flat, v, layout, offset);
+      } else {
+        operand.value =
+            st.param({in->scalar.type, {}}, {Param::Source::Scalar, index, i, in->scalar.type});
+      }
+      a.operands.push_back(operand);
+    }
+    args.push_back(std::move(a));
+  }
+
+  // Discarded results still get a type (that of the first kept one) so rules
+  // may compute every result and let the program drop the unused ones.
+  ElementType kept_type = ElementType::F32;
+  for (const TensorView& t : call.targets) {
+    if (t.slot) {
+      kept_type = t.dtype;
+      break;
+    }
+  }
+  std::vector<hlo::Shape> expected;
+  for (const TensorView& t : call.targets) {
+    expected.push_back(t.slot ? hlo::Shape{t.dtype, t.sizes} : hlo::Shape{kept_type, {}});
+  }
+  lower::Context ctx(b, call.name, op.precision, Backend::get().platform(), expected);
+  if (call.rule->random) {
+    ctx.set_rng_state(
+        st.param({ElementType::U64, {2}}, {Param::Source::Random, index, 0, ElementType::U64}));
+  }
+  std::vector<Value> results = call.rule->fn(ctx, lower::Args(std::move(args)));
+  if (results.size() != call.targets.size()) {
+    throw std::logic_error("lowering of " + call.name + " returned " +
+                           std::to_string(results.size()) + " results, expected " +
+                           std::to_string(call.targets.size()));
+  }
+
+  // Write each result into its target view.
+  for (size_t j = 0; j < call.targets.size(); ++j) {
+    const TensorView& t = call.targets[j];
+    if (!t.slot) continue;
+    Value value = lower::convert(b, results[j], t.dtype);
+    if (value.dims() != t.sizes) {
+      throw std::logic_error("lowering of " + call.name + " produced " +
+                             hlo::to_string(value.shape) + " for result " + std::to_string(j) +
+                             ", expected " + hlo::to_string(hlo::Shape{t.dtype, t.sizes}));
+    }
+    ViewLayout layout = classify(t);
+    if (layout.kind == ViewLayout::Kind::Empty) continue;
+    int s = op.storage(sig.target_slot[j]);
+    std::optional<Value> offset;
+    ElementType itype = index_type(t.storage_numel());
+    if (layout.needs_offset()) {
+      offset = st.param({itype, {}}, {Param::Source::TargetOffset, index, static_cast<int>(j), itype});
+    }
+    if (layout.kind == ViewLayout::Kind::Dense && layout.covers_storage) {
+      st.value[s] = write_view(b, value, t, layout, offset, value);
+    } else {
+      Value& old = st.current(s, t.dtype);
+      ElementType kept = old.type();
+      old = reinterpret(b, write_view(b, reinterpret(b, old, t.dtype), t, layout, offset, value),
+                        kept);
+    }
+    st.written[s] = true;
+  }
+  if (st.first_random < 0) st.first_random = ctx.random_consumed();
+  return ctx.random_consumed();
+}
+
+Program ProgramBuilder::finish(const std::string* name, const std::vector<bool>& keep) {
+  State& st = *state_;
+  Program program;
+  program.name = name;
+  std::vector<Value> outputs;
+  for (size_t s = 0; s < st.storages.size(); ++s) {
+    if (!st.written[s] || !keep[s]) continue;
+    int out = static_cast<int>(outputs.size());
+    outputs.push_back(*st.value[s]);
+    program.output_slots.push_back(static_cast<int>(s));
+    int param = st.param_of[s];
+    bool donate = param >= 0 && st.b.parameters()[param] == st.value[s]->shape;
+    if (donate) st.b.alias_output(param, out);
+    program.donor_param.push_back(donate ? param : -1);
+  }
+  program.params = std::move(st.params);
+  program.random_consumed = std::max<int64_t>(st.first_random, 0);
+  program.executable = Backend::get().compile(st.b.module_text(outputs), /*fast=*/true);
+  return program;
+}
+
+// ---------------------------------------------------------------- cache
+
+namespace {
+
+// Compiled programs by key, least recently used first out. Bounded because
+// every executable keeps its code mapped (three memory maps each on the CPU
+// plugin): a long process compiling ever new shapes would run out of maps
+// (vm.max_map_count, 65530 by default) and LLVM fails to allocate.
+// TORCH_TPU_PROGRAM_CACHE_SIZE sets the bound (default 4096).
+class ProgramCache {
+ public:
+  ProgramCache() {
+    const char* size = std::getenv("TORCH_TPU_PROGRAM_CACHE_SIZE");
+    if (size && std::atoll(size) > 0) capacity_ = static_cast<size_t>(std::atoll(size));
+  }
+
+  const Program& get(const std::string& key, const std::function<Program()>& build) {
+    auto it = programs_.find(key);
+    if (it != programs_.end()) {
+      metrics().cache_hits++;
+      order_.splice(order_.begin(), order_, it->second.second);
+      return it->second.first;
+    }
+    metrics().cache_misses++;
+    Program program = build();
+    order_.push_front(key);
+    it = programs_.emplace(key, std::make_pair(std::move(program), order_.begin())).first;
+    if (programs_.size() > capacity_) {
+      programs_.erase(order_.back());
+      order_.pop_back();
+    }
+    return it->second.first;
+  }
+
+ private:
+  size_t capacity_ = 4096;
+  std::list<std::string> order_;  // most recently used first
+  std::unordered_map<std::string, std::pair<Program, std::list<std::string>::iterator>> programs_;
+};
+
+}  // namespace
+
+const Program& cached_program(const std::string& key, const std::function<Program()>& build) {
+  // Leaked on purpose: executables must outlive every static destructor.
+  static auto* cache = new ProgramCache();
+  return cache->get(key, build);
+}
+
+// ---------------------------------------------------------------- launch
+
+runtime::Launch launch_program(const Program& program, int device,
+                               const std::vector<const StorageSlot*>& storages,
+                               const std::vector<ProgramOp>& ops) {
+  Backend& backend = Backend::get();
+  std::vector<runtime::BufferPtr> held;
+  std::vector<runtime::Buffer*> inputs;
+  std::vector<bool> donatable(program.params.size(), false);
+  for (size_t p = 0; p < program.params.size(); ++p) {
+    const Param& param = program.params[p];
+    runtime::BufferPtr buffer;
+    switch (param.source) {
+      case Param::Source::Storage:
+        buffer = storages[param.index]->buffer;
+        // Only the storage holds it: nobody else can observe the donation.
+        donatable[p] = buffer.use_count() == 2;
+        break;
+      case Param::Source::InputOffset:
+      case Param::Source::TargetOffset: {
+        const ProgramOp& op = ops[param.op];
+        int64_t offset = param.source == Param::Source::InputOffset
+                             ? op.sig->inputs[param.index]->view.offset
+                             : op.call->targets[param.index].offset;
+        int32_t offset32 = static_cast<int32_t>(offset);
+        buffer = backend.scalar_buffer(device, param.type,
+                                       param.type == ElementType::S32
+                                           ? static_cast<const void*>(&offset32)
+                                           : static_cast<const void*>(&offset));
+        break;
+      }
+      case Param::Source::Scalar:
+        buffer = backend.scalar_buffer(device, param.type,
+                                       ops[param.op].sig->inputs[param.index]->scalar.bytes);
+        break;
+      case Param::Source::Random: {
+        const RandomState& r = ops[param.op].random;
+        uint64_t state[2] = {r.seed, r.offset};
+        buffer = backend.client().buffer_from_host(state, ElementType::U64, {2}, device);
+        break;
+      }
+    }
+    inputs.push_back(buffer.get());
+    held.push_back(std::move(buffer));
+  }
+  std::vector<int64_t> non_donatable;
+  for (int param : program.donor_param) {
+    if (param >= 0 && !donatable[param]) non_donatable.push_back(param);
+  }
+  return backend.launch(*program.executable, device, inputs, non_donatable);
+}
+
+// ---------------------------------------------------------------- HostScalar
+
+HostScalar HostScalar::of_double(double v, ElementType type) {
+  HostScalar s;
+  s.type = type;
+  if (type == ElementType::F64) {
+    std::memcpy(s.bytes, &v, 8);
+  } else {
+    float f = static_cast<float>(v);
+    std::memcpy(s.bytes, &f, 4);
+    s.type = ElementType::F32;
+  }
+  return s;
+}
+
+HostScalar HostScalar::of_int(int64_t v, ElementType type) {
+  HostScalar s;
+  s.type = ElementType::S64;
+  std::memcpy(s.bytes, &v, 8);
+  return s;
+}
+
+HostScalar HostScalar::of_bool(bool v) {
+  HostScalar s;
+  s.type = ElementType::Pred;
+  s.bytes[0] = v;
+  return s;
+}
+
+HostScalar HostScalar::of_complex(double re, double im, ElementType type) {
+  HostScalar s;
+  s.type = type == ElementType::C128 ? ElementType::C128 : ElementType::C64;
+  if (s.type == ElementType::C128) {
+    std::memcpy(s.bytes, &re, 8);
+    std::memcpy(s.bytes + 8, &im, 8);
+  } else {
+    float parts[2] = {static_cast<float>(re), static_cast<float>(im)};
+    std::memcpy(s.bytes, parts, 8);
+  }
+  return s;
+}
+
+}  // namespace torch_tpu::engine

@@ -1,0 +1,97 @@
+// Programs built from op calls. A program is a sequence of ops over a set of
+// storages: strict eager compiles one op per program, DeferAndFuse a recorded
+// sequence. This file holds what both share: the signature that keys the
+// program cache, the emission of ops into one program (view reads, the rule,
+// view writes), the cache of compiled programs and their launch.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/op_call.h"
+#include "runtime/client.h"
+
+namespace torch_tpu::engine {
+
+// The storages an op touches, each once (aliases share one program operand).
+struct SlotUse {
+  StorageSlot* slot;
+  bool read = false;
+};
+
+struct Signature {
+  std::vector<SlotUse> slots;
+  std::vector<const Input*> inputs;  // flattened, in argument order
+  std::vector<int> input_slot;       // slot index per device input (-1: scalar)
+  std::vector<int> target_slot;
+  std::string key;  // everything that shapes the op's program
+};
+
+Signature signature(const OpCall& call, hlo::Precision precision);
+
+// Where a program parameter's value comes from at launch.
+struct Param {
+  enum class Source : uint8_t { Storage, InputOffset, TargetOffset, Scalar, Random };
+  Source source;
+  int op = 0;     // the op of the program (all but Storage)
+  int index = 0;  // storage, input or target index
+  ElementType type;
+};
+
+struct Program {
+  const std::string* name = nullptr;  // the name failures are reported under
+  std::shared_ptr<runtime::Executable> executable;
+  std::vector<Param> params;
+  std::vector<int> output_slots;  // program output i -> storage index
+  std::vector<int> donor_param;   // program output i -> aliased param or -1
+  int64_t random_consumed = 0;    // by the first op (strict programs have one)
+  std::string unsupported;        // the rule declined these inputs
+};
+
+// One op of a program and the runtime values it contributes.
+struct ProgramOp {
+  const OpCall* call = nullptr;
+  const Signature* sig = nullptr;
+  // Program storage of each of sig->slots (null: the identity).
+  const std::vector<int>* storage_of = nullptr;
+  hlo::Precision precision = hlo::Precision::Default;
+  RandomState random;  // the generator state the op draws from
+
+  int storage(int local) const { return storage_of ? (*storage_of)[local] : local; }
+};
+
+// Builds one program over `storages` (their size and initial buffer, if any):
+// ops are emitted in order, each reading the values the previous ones wrote.
+class ProgramBuilder {
+ public:
+  explicit ProgramBuilder(std::vector<const StorageSlot*> storages);
+  ~ProgramBuilder();
+
+  // Emits `op` as op `index` of the program and returns the random offsets it
+  // consumes. Throws lower::Unsupported when the rule declines its inputs.
+  int64_t emit(const ProgramOp& op, int index);
+  bool written(int storage) const;
+  // Compiles the program; its outputs are the written storages s with keep[s].
+  Program finish(const std::string* name, const std::vector<bool>& keep);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Compiled programs by key, least recently used first out.
+const Program& cached_program(const std::string& key, const std::function<Program()>& build);
+
+// Launches `program` asynchronously with the runtime values of `ops` and the
+// buffers of `storages`.
+runtime::Launch launch_program(const Program& program, int device,
+                               const std::vector<const StorageSlot*>& storages,
+                               const std::vector<ProgramOp>& ops);
+
+// Names kept for the life of the process: storages point at the name of the
+// program that last wrote them (failures name it), which may outlive it.
+const std::string* interned(const std::string& name);
+
+}  // namespace torch_tpu::engine

@@ -1,0 +1,260 @@
+"""Eager modes: strict, debug and defer_and_fuse give the same results; DeferAndFuse
+defers ops into one fused, cached program, materialised where eager PyTorch needs a
+value, and raises invalid-op errors at the op."""
+
+import io
+import tempfile
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from tests.test_device import run_python
+
+
+def run_isolated(code, **env):
+    """Runs `code` in a fresh process with its own device locks."""
+    return run_python(code, TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="eager_modes_"), **env)
+
+
+@pytest.fixture
+def deferred():
+    with torch_tpu.eager_mode("defer_and_fuse"):
+        yield
+
+
+def executions():
+    return torch_tpu.metrics()["executions"]
+
+
+def test_mode_api():
+    start = torch_tpu.get_eager_mode()
+    with torch_tpu.eager_mode("defer_and_fuse"):
+        assert torch_tpu.get_eager_mode() == "defer_and_fuse"
+        with torch_tpu.eager_mode(torch_tpu.EagerMode.DEBUG):
+            assert torch_tpu.get_eager_mode() is torch_tpu.EagerMode.DEBUG
+        assert torch_tpu.get_eager_mode() == torch_tpu.EagerMode.DEFER_AND_FUSE
+    assert torch_tpu.get_eager_mode() == start
+    assert torch_tpu.EagerMode.DEFER_NEVER is torch_tpu.EagerMode.STRICT
+    with pytest.raises(ValueError, match="unknown eager mode 'lazy'"):
+        torch_tpu.set_eager_mode("lazy")
+
+
+@pytest.mark.parametrize(
+    "env, mode",
+    [
+        ({"TORCH_TPU_DEFER_AND_FUSE": "1"}, "defer_and_fuse"),
+        ({"TPU_LAUNCH_BLOCKING": "1"}, "debug"),
+        ({"TORCH_TPU_EAGER_MODE": "strict", "TORCH_TPU_DEFER_AND_FUSE": "1"}, "strict"),
+    ],
+)
+def test_mode_from_environment(env, mode):
+    out = run_isolated(
+        "import torch_tpu; print('MODE', torch_tpu.get_eager_mode().value)",
+        **{
+            "TORCH_TPU_EAGER_MODE": "",
+            "TORCH_TPU_DEFER_AND_FUSE": "",
+            "TPU_LAUNCH_BLOCKING": "",
+            **env,
+        },
+    )
+    assert out.returncode == 0, out.stderr
+    assert f"MODE {mode}" in out.stdout
+
+
+def test_ops_are_deferred_until_a_host_read(deferred):
+    x = torch.randn(8, 8)
+    t = x.to("tpu")
+    before = executions()
+    y = (t @ t).relu().sum(1) * 2
+    assert executions() == before  # recorded, not run
+    assert torch_tpu.metrics()["deferred_ops"] > 0
+    torch.testing.assert_close(y.cpu(), (x @ x).relu().sum(1) * 2)
+    assert executions() == before + 1  # one fused program
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda t: t.item(),
+        lambda t: t.cpu(),
+        lambda t: t.tolist(),
+        lambda t: t.numpy() if t.device.type == "cpu" else t.cpu().numpy(),
+        lambda t: repr(t),
+        lambda t: torch.save(t, io.BytesIO()),
+        lambda t: torch.tpu.synchronize(),
+        lambda t: torch_tpu.set_eager_mode("defer_and_fuse"),  # a mode switch
+        lambda t: torch.nonzero(t.reshape(1)),  # a data-dependent size
+    ],
+    ids=["item", "cpu", "tolist", "numpy", "print", "save", "synchronize", "mode", "nonzero"],
+)
+def test_materialisation_points(deferred, read):
+    t = torch.ones((), device="tpu")
+    y = t * 3 + 1
+    before = torch_tpu.metrics()["materializations"]
+    read(y)
+    after = torch_tpu.metrics()["materializations"]
+    assert sum(after.values()) > sum(before.values())
+    assert y.item() == 4.0
+
+
+def test_size_limit_cuts_the_graph():
+    out = run_isolated(
+        """
+        import torch, torch_tpu
+        torch_tpu.set_eager_mode("defer_and_fuse")
+        x = torch.zeros(4, device="tpu")
+        for _ in range(25):
+            x.add_(1)
+        print("LIMIT", torch_tpu.metrics()["materializations"].get("size_limit", 0))
+        print("VALUE", x.cpu().tolist())
+        """,
+        TORCH_TPU_DEFER_MAX_OPS="10",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "LIMIT 2" in out.stdout
+    assert "VALUE [25.0, 25.0, 25.0, 25.0]" in out.stdout
+
+
+def views_and_in_place(x):
+    y = x.clone()
+    y[1:3].mul_(10)  # in place on a view
+    z = y.t()[::2]  # strided view of an updated storage
+    y.add_(1)  # the view sees this write
+    w = torch.cat([z, y[:, :2].t()], 0)
+    w.diagonal().zero_()
+    return w.sum(0, keepdim=True) + y.mean()
+
+
+def test_views_and_in_place_writes_match_strict(deferred):
+    x = torch.randn(4, 4)
+    torch.testing.assert_close(views_and_in_place(x.to("tpu")).cpu(), views_and_in_place(x))
+
+
+def test_random_ops_draw_the_strict_numbers():
+    def draw():
+        torch.manual_seed(7)
+        a = torch.rand(5, device="tpu")
+        b = torch.randn(3, 3, device="tpu")
+        c = F.dropout(torch.ones(64, device="tpu"), 0.5)
+        return [t.cpu() for t in (a, b, c)]
+
+    strict = draw()
+    with torch_tpu.eager_mode("defer_and_fuse"):
+        fused = draw()
+    for s, f in zip(strict, fused):
+        torch.testing.assert_close(s, f, rtol=0, atol=0)
+
+
+def errors(fn):
+    try:
+        fn()
+    except Exception as e:
+        return type(e), str(e)
+    return None
+
+
+def test_invalid_op_raises_at_the_call_as_in_strict():
+    a = torch.ones(2, 3, device="tpu")
+    b = torch.ones(4, 5, device="tpu")
+    invalid = [lambda: a @ b, lambda: a.sum(5), lambda: a.view(7), lambda: a + b]
+    strict = [errors(fn) for fn in invalid]
+    with torch_tpu.eager_mode("defer_and_fuse"):
+        before = executions()
+        fused = [errors(fn) for fn in invalid]
+        assert executions() == before  # raised at the call, nothing ran
+        assert (a * 2).sum().item() == 12.0  # the graph is still usable
+    assert all(strict) and fused == strict
+
+
+def test_device_failure_names_the_fused_ops(deferred):
+    x = torch.ones(4, device="tpu")
+    torch_tpu._C._poison_storage(x, "injected device failure")
+    y = x.exp() + 1
+    with pytest.raises(RuntimeError, match="aten::exp.*aten::add.Tensor.*injected device failure"):
+        y.cpu()
+
+
+def test_only_live_values_are_outputs(deferred, tmp_path):
+    dump = run_isolated(
+        """
+        import torch, torch_tpu
+        torch_tpu.set_eager_mode("defer_and_fuse")
+        x = torch.ones(16, device="tpu")
+        t = x
+        for _ in range(10):
+            t = (t * 2).sin()  # every intermediate is freed at once
+        kept = x + 1
+        torch.tpu.synchronize()
+        print(t.sum().item() != 0, kept.sum().item())
+        """,
+        TORCH_TPU_DUMP_DIR=str(tmp_path),
+    )
+    assert dump.returncode == 0, dump.stderr
+    programs = sorted(tmp_path.glob("*.mlir"), key=lambda p: p.stat().st_mtime)
+    text = programs[-2].read_text()  # the graph materialised by synchronize()
+    signature = next(line for line in text.splitlines() if "func.func public @main" in line)
+    results = signature.split("->")[1]
+    # x, t and kept: not the 20 temporaries, which were freed before the read.
+    assert results.count("tensor<") == 3, signature
+
+
+def test_training_steps_repeat_cached_graphs(deferred):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    reference = [p.detach().clone() for p in model.parameters()]
+    data = [(torch.randn(5, 8), torch.randint(0, 4, (5,))) for _ in range(6)]
+
+    def train(device):
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).to(
+            device
+        )
+        with torch.no_grad():
+            for p, r in zip(m.parameters(), reference):
+                p.copy_(r)
+        opt = torch.optim.Adam(m.parameters(), lr=0.01)
+        losses, counts = [], []
+        for x, y in data:
+            before = torch_tpu.metrics()
+            opt.zero_grad()
+            loss = F.cross_entropy(m(x.to(device)), y.to(device))
+            loss.backward()
+            opt.step()
+            after = torch_tpu.metrics()
+            counts.append(
+                (after["executions"] - before["executions"], after["compiles"] - before["compiles"])
+            )
+            losses.append(loss.item())
+        return losses, counts
+
+    losses_cpu, _ = train("cpu")
+    losses, counts = train("tpu")
+    torch.testing.assert_close(losses, losses_cpu, rtol=1e-4, atol=1e-5)
+    # After warm-up a step is one cached program (cut at optimizer.step()).
+    assert counts[-3:] == [(1, 0)] * 3, counts
+
+
+def test_debug_mode_raises_at_the_op():
+    with torch_tpu.eager_mode("debug"):
+        x = torch.ones(4, device="tpu")
+        torch_tpu._C._poison_storage(x, "boom")
+        with pytest.raises(RuntimeError, match="asynchronous execution of aten::clone failed"):
+            x.clone()
+
+
+def test_freed_pending_storage_is_safe(deferred):
+    x = torch.ones(1000, device="tpu")
+    y = x * 2
+    x.add_(1)
+    del x  # freed while its value is pending
+    torch.testing.assert_close(y.cpu(), torch.full((1000,), 2.0))
+
+
+def test_resize_and_reupload_of_pending_storage(deferred):
+    x = torch.zeros(4, device="tpu")
+    x.add_(3)
+    x.resize_(8)  # a storage operation outside the graph
+    assert x[:4].tolist() == [3.0] * 4
+    x.copy_(torch.arange(8.0))
+    assert (x * 2).tolist() == [2.0 * i for i in range(8)]

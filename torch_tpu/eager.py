@@ -1,0 +1,78 @@
+"""Eager execution modes of the ``tpu`` device.
+
+``strict`` (default) runs every op as its own cached program, asynchronously, like CUDA
+eager. ``debug`` is strict with every launch waited for (so a failure surfaces at the op
+that caused it); ``TPU_LAUNCH_BLOCKING=1`` selects it. ``defer_and_fuse`` records ops into
+a graph of pending values and runs the graph as one fused, cached program when a value is
+needed on the host (``.item()``, ``.cpu()``, printing, ``torch.save``), on
+``torch.tpu.synchronize()``, at the end of ``optimizer.step()``, on a mode switch, or when
+the graph reaches ``TORCH_TPU_DEFER_MAX_OPS`` ops; ``TORCH_TPU_DEFER_AND_FUSE=1`` selects
+it. Results are the same in every mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+
+from . import _C
+
+
+class EagerMode(enum.StrEnum):
+    STRICT = "strict"
+    DEBUG = "debug"
+    DEFER_AND_FUSE = "defer_and_fuse"
+    # TorchTPU's names.
+    DEFER_NEVER = "strict"
+    DEFER_NEVER_AND_LAUNCH_BLOCKING = "debug"
+
+
+_ORDER = (EagerMode.STRICT, EagerMode.DEBUG, EagerMode.DEFER_AND_FUSE)
+
+
+def _parse(mode: EagerMode | str) -> EagerMode:
+    try:
+        return EagerMode(mode.lower() if isinstance(mode, str) else mode)
+    except ValueError:
+        names = ", ".join(m.value for m in _ORDER)
+        raise ValueError(f"unknown eager mode {mode!r}: use one of {names}") from None
+
+
+def set_eager_mode(mode: EagerMode | str) -> None:
+    """Selects the eager mode for the whole process; pending work runs first."""
+    _C._set_eager_mode(_ORDER.index(_parse(mode)))
+
+
+def get_eager_mode() -> EagerMode:
+    return _ORDER[_C._get_eager_mode()]
+
+
+@contextlib.contextmanager
+def eager_mode(mode: EagerMode | str):
+    """Uses ``mode`` inside the block and restores the previous mode after it."""
+    previous = get_eager_mode()
+    set_eager_mode(mode)
+    try:
+        yield
+    finally:
+        set_eager_mode(previous)
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() not in ("", "0", "false", "no", "off")
+
+
+def _init_from_env() -> None:
+    explicit = os.environ.get("TORCH_TPU_EAGER_MODE")
+    if explicit:
+        set_eager_mode(explicit)
+    elif _flag("TORCH_TPU_DEFER_AND_FUSE"):
+        set_eager_mode(EagerMode.DEFER_AND_FUSE)
+    elif _flag("TPU_LAUNCH_BLOCKING"):
+        set_eager_mode(EagerMode.DEBUG)
+    # The end of an optimizer step is where a training step repeats: cutting the
+    # pending graph there makes every step yield the same (cached) graphs.
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(lambda *_: _C._mark_step())
