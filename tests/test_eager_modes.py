@@ -107,13 +107,16 @@ def test_size_limit_cuts_the_graph():
         x = torch.zeros(4, device="tpu")
         for _ in range(25):
             x.add_(1)
-        print("LIMIT", torch_tpu.metrics()["materializations"].get("size_limit", 0))
+        cuts = torch_tpu.metrics()["materializations"]
+        # The first graph stops at the limit; later ones where the ops repeat
+        # the start of the graph (half the limit on).
+        print("CUTS", cuts.get("size_limit", 0), cuts.get("repeat", 0))
         print("VALUE", x.cpu().tolist())
         """,
         TORCH_TPU_DEFER_MAX_OPS="10",
     )
     assert out.returncode == 0, out.stderr
-    assert "LIMIT 2" in out.stdout
+    assert "CUTS 1 " in out.stdout and "CUTS 1 0" not in out.stdout, out.stdout
     assert "VALUE [25.0, 25.0, 25.0, 25.0]" in out.stdout
 
 
@@ -258,3 +261,24 @@ def test_resize_and_reupload_of_pending_storage(deferred):
     assert x[:4].tolist() == [3.0] * 4
     x.copy_(torch.arange(8.0))
     assert (x * 2).tolist() == [2.0 * i for i in range(8)]
+
+
+def test_loop_without_host_reads_settles_on_cached_graphs():
+    out = run_isolated(
+        """
+        import torch, torch_tpu
+        torch_tpu.set_eager_mode("defer_and_fuse")
+        w = torch.randn(8, 8, device="tpu")
+        x = torch.randn(4, 8, device="tpu")
+        compiles = []
+        for i in range(60):  # 6 ops per iteration: the size limit (20) cuts mid-iteration
+            x = torch.tanh(x @ w).mul(0.5).add(1.0).sub_(0.25).relu()
+            compiles.append(torch_tpu.metrics()["compiles"])
+        print("LATE_COMPILES", compiles[-1] - compiles[20])
+        print("REASONS", torch_tpu.metrics()["materializations"])
+        """,
+        TORCH_TPU_DEFER_MAX_OPS="20",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "LATE_COMPILES 0" in out.stdout, out.stdout
+    assert "'repeat'" in out.stdout, out.stdout

@@ -36,10 +36,19 @@ struct RecordedOp {
   RandomState random;
 };
 
+// Ops whose signatures, in a row, identify a point of a repeating sequence.
+constexpr size_t kRepeatWindow = 8;
+
 struct Graph {
   std::deque<PendingSlot> slots;  // stable addresses: views point into them
   std::deque<RecordedOp> ops;
   std::string key;  // the ops' signatures and storage maps, in order
+  // Signature hashes of the last ops recorded on the device (across graphs),
+  // and those that preceded this graph's first op: when the recent ones come
+  // round to the start's again, the work repeats (a loop iteration, a step)
+  // and a cut there makes every repetition the same cached graph.
+  std::deque<size_t> recent;
+  std::deque<size_t> start;
 };
 
 // Pending graphs by device; guarded by the backend mutex. Leaked: they hold
@@ -122,6 +131,8 @@ const char* reason_name(FlushReason reason) {
       return "mode_switch";
     case FlushReason::Storage:
       return "storage";
+    case FlushReason::Repeat:
+      return "repeat";
   }
   return "";
 }
@@ -155,6 +166,7 @@ void flush_graph(int device, FlushReason reason) {
     }
     g.slots.clear();
     g.ops.clear();
+    g.start = g.recent;
   };
 
   metrics().count_materialization(reason_name(reason));
@@ -256,7 +268,15 @@ void record(const OpCall& call) {
   g.key.append(reinterpret_cast<const char*>(op.storage_of.data()),
                op.storage_of.size() * sizeof(int));
   metrics().deferred_ops++;
-  if (static_cast<int>(g.ops.size()) >= max_graph_ops()) flush(call.device, FlushReason::SizeLimit);
+  g.recent.push_back(std::hash<std::string>{}(op.sig.key));
+  if (g.recent.size() > kRepeatWindow) g.recent.pop_front();
+  int size = static_cast<int>(g.ops.size());
+  if (size >= max_graph_ops()) {
+    flush(call.device, FlushReason::SizeLimit);
+  } else if (size >= max_graph_ops() / 2 && g.start.size() == kRepeatWindow &&
+             g.recent == g.start) {
+    flush(call.device, FlushReason::Repeat);
+  }
 }
 
 void flush(int device, FlushReason reason) {

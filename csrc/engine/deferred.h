@@ -22,7 +22,7 @@ void set_eager_mode(EagerMode mode);
 void record(const OpCall& call);
 
 // Why a graph is materialised (counted in the metrics).
-enum class FlushReason : int { HostRead, Synchronize, SizeLimit, Step, ModeSwitch, Storage };
+enum class FlushReason : int { HostRead, Synchronize, SizeLimit, Step, ModeSwitch, Storage, Repeat };
 
 // Compiles (or finds) and launches the pending graph of `device` (-1: every
 // device). Asynchronous: the slots hold the results' buffers on return.
@@ -41,6 +41,9 @@ inline void materialize(const StorageSlot& slot, FlushReason reason) {
 }
 
 // The op count at which a graph is materialised (TORCH_TPU_DEFER_MAX_OPS).
+// From half of it on, a graph is also cut where the recorded ops start
+// repeating the sequence that preceded the graph (the next iteration of a
+// loop), so repeated work yields the same graphs.
 int max_graph_ops();
 
 }  // namespace torch_tpu::engine
