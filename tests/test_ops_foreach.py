@@ -175,9 +175,9 @@ def test_norm_dtype_and_runtime_ord():
     check(lambda a: torch._foreach_norm(a, 2, dtype=F64), tensors(F32, seed=2))
     check(torch._foreach_norm, [make_tensor((3,), dtype=torch.complex64, device="cpu")])
     txs = to_tpu(tensors(F32, seed=3))
-    torch._foreach_norm(txs, 2.0)
-    before = metric("compiles")
-    for ord in [1.0, 3.0, math.inf, 0.5]:
+    for i, ord in enumerate([2.0, 1.0, 3.0, math.inf, 0.5]):
+        if i == 1:
+            before = metric("compiles")
         for a, e in zip(
             torch._foreach_norm(txs, ord), torch._foreach_norm([t.cpu() for t in txs], ord)
         ):
@@ -205,6 +205,7 @@ def test_out_variant():
     check(lambda a, o: torch.ops.aten._foreach_mul.Scalar_out(a, 2.5, out=o), xs, outs)
 
 
+@torch_tpu.eager_mode("strict")  # how strict eager runs a foreach op
 def test_one_program_per_call():
     xs, ys = to_tpu(tensors(F32, seed=1)), to_tpu(tensors(F32, seed=2))
     torch._foreach_add_(xs, ys, alpha=0.5)

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "engine/metrics.h"
@@ -99,9 +100,21 @@ Backend::Backend() {
   // Measured on the CPU plugin (demo CNN): xla_backend_optimization_level=0
   // cut compile time by ~20% but made execution 2.5x slower, and disabling
   // LLVM's expensive passes changed neither; eager programs use the defaults.
-  runtime::CompileOptions fast;
-  fast_options_ = fast.serialize();
-  full_options_ = runtime::CompileOptions{}.serialize();
+  // Every program rounds each op's result to its dtype, as PyTorch does: XLA's
+  // default keeps bf16/f16 intermediates of a fused program in f32, so a
+  // DeferAndFuse graph would differ from the same ops run one by one.
+  runtime::CompileOptions compile_options;
+  compile_options.bool_overrides.emplace_back("xla_allow_excess_precision", false);
+  fast_options_ = compile_options.serialize();
+  full_options_ = compile_options.serialize();
+
+  std::error_code error;
+  auto plugin_file = std::filesystem::path(c.plugin_path);
+  std::string identity = c.platform + "\n" + c.plugin_path + "\n" +
+                         std::to_string(std::filesystem::file_size(plugin_file, error)) + "\n" +
+                         plugin.version_string() + "\n" + plugin.attribute("xla_version") + "\n" +
+                         client_->platform_version() + "\n" + CompileCache::host_cpu();
+  disk_cache_ = std::make_unique<CompileCache>(CompileCache::default_dir(), identity);
 }
 
 void Backend::check_device(int device) const {
@@ -124,13 +137,33 @@ void dump_program(const std::string& mlir) {
 
 std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, bool fast) {
   dump_program(mlir);
+  const std::string& options = fast ? fast_options_ : full_options_;
   auto start = std::chrono::steady_clock::now();
-  auto executable = client_->compile(mlir, fast ? fast_options_ : full_options_);
-  auto nanos =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count();
+  auto elapsed = [&] {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                                start)
+        .count();
+  };
+  if (std::optional<std::string> bytes = disk_cache_->load(mlir, options)) {
+    try {
+      auto executable = client_->deserialize(*bytes);
+      metrics().persistent_cache_hits++;
+      metrics().compile_nanos += elapsed();
+      return executable;
+    } catch (const runtime::Error&) {
+      // A stale or corrupt entry: compile again and replace it.
+    }
+  }
+  auto executable = client_->compile(mlir, options);
   metrics().compiles++;
-  metrics().compile_nanos += nanos;
+  metrics().compile_nanos += elapsed();
+  if (disk_cache_->enabled() && serializable_) {
+    try {
+      disk_cache_->store(mlir, options, executable->serialize());
+    } catch (const runtime::Error&) {
+      serializable_ = false;  // this plugin cannot serialize: keep compiling
+    }
+  }
   return executable;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/compile_cache.h"
 #include "runtime/client.h"
 #include "runtime/device_lock.h"
 
@@ -38,7 +39,8 @@ class Backend {
   int device_count() const { return client_->device_count(); }
   void check_device(int device) const;
 
-  // Compiles MLIR text, counting compiles and compile time.
+  // Compiles MLIR text, counting compiles and compile time; finds it in the
+  // persistent cache when an earlier process compiled it.
   std::shared_ptr<runtime::Executable> compile(const std::string& mlir, bool fast);
   // Launches asynchronously; the caller adopts the outputs, then passes the
   // completion event to track().
@@ -87,6 +89,8 @@ class Backend {
   std::vector<std::deque<Pending>> pending_;
   std::map<std::string, runtime::BufferPtr> scalars_;
   std::string fast_options_, full_options_;
+  std::unique_ptr<CompileCache> disk_cache_;
+  bool serializable_ = true;  // the plugin can serialize executables
   std::recursive_mutex mutex_;
 };
 

@@ -82,7 +82,7 @@ const OpInfo& op_info(const OpCall& call, const Signature& sig, hlo::Precision p
   OpInfo info;
   try {
     ProgramBuilder builder(storages);
-    info.random_consumed = builder.emit({&call, &sig, nullptr, precision}, 0);
+    info.random_consumed = builder.emit({&call, &sig, nullptr, precision, {}}, 0);
   } catch (const lower::Unsupported& e) {
     info.unsupported = e.what();
   }

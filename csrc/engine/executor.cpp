@@ -23,7 +23,7 @@ void run_now(const OpCall& call) {
     ProgramBuilder builder(storages);
     Program declined;
     try {
-      builder.emit({&call, &sig, nullptr, prec}, 0);
+      builder.emit({&call, &sig, nullptr, prec, {}}, 0);
     } catch (const lower::Unsupported& e) {
       declined.unsupported = e.what();
       return declined;
@@ -34,7 +34,7 @@ void run_now(const OpCall& call) {
 
   std::vector<const StorageSlot*> storages;
   for (const SlotUse& use : sig.slots) storages.push_back(use.slot);
-  ProgramOp op{&call, &sig, nullptr, prec};
+  ProgramOp op{&call, &sig, nullptr, prec, {}};
   if (call.random) op.random = *call.random;
   runtime::Launch launch = launch_program(program, call.device, storages, {op});
   if (call.random) call.random->offset += program.random_consumed;

@@ -26,6 +26,7 @@ py::dict metrics() {
   d["compiles"] = m.compiles.load();
   d["compile_seconds"] = m.compile_nanos.load() / 1e9;
   d["cache_hits"] = m.cache_hits.load();
+  d["persistent_cache_hits"] = m.persistent_cache_hits.load();
   d["cache_misses"] = m.cache_misses.load();
   d["executions"] = m.executions.load();
   d["host_to_device_bytes"] = m.host_to_device_bytes.load();

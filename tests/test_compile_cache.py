@@ -1,0 +1,59 @@
+"""The persistent compilation cache: a second process loads what the first compiled;
+unreadable entries are ignored and replaced."""
+
+import tempfile
+
+from tests.test_device import run_python
+
+SCRIPT = """
+import torch, torch_tpu
+x = torch.arange(12.0, device="tpu").reshape(3, 4)
+y = ((x @ x.T).softmax(-1) * 3).sum(0)
+print("VALUE", [round(v, 4) for v in y.tolist()])
+m = torch_tpu.metrics()
+print("COUNTS", m["compiles"], m["persistent_cache_hits"])
+"""
+
+
+def run(cache_dir):
+    out = run_python(
+        SCRIPT,
+        TORCH_TPU_CACHE_DIR=str(cache_dir),
+        TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="compile_cache_"),
+    )
+    assert out.returncode == 0, out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines())
+    compiles, loads = map(int, lines["COUNTS"].split())
+    return lines["VALUE"], compiles, loads
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    value, compiles, loads = run(tmp_path)
+    assert compiles > 0 and loads == 0
+    assert len(list(tmp_path.glob("*.xla"))) == compiles
+    again, compiles2, loads2 = run(tmp_path)
+    assert again == value
+    assert compiles2 == 0 and loads2 == compiles
+
+
+def test_corrupt_entries_are_rebuilt(tmp_path):
+    value, compiles, _ = run(tmp_path)
+    for entry in tmp_path.glob("*.xla"):
+        entry.write_bytes(entry.read_bytes()[:40] + b"garbage")
+    again, compiles2, loads2 = run(tmp_path)
+    assert again == value and compiles2 == compiles and loads2 == 0
+    # Rewritten: a third process loads them.
+    _, compiles3, loads3 = run(tmp_path)
+    assert compiles3 == 0 and loads3 == compiles
+
+
+def test_disabled_cache_writes_nothing(tmp_path):
+    out = run_python(
+        SCRIPT,
+        TORCH_TPU_CACHE_DIR="off",
+        HOME=str(tmp_path),
+        XDG_CACHE_HOME="",
+        TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="compile_cache_"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert not list(tmp_path.rglob("*.xla"))
