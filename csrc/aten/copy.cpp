@@ -21,7 +21,8 @@ void copy_on_device(const at::Tensor& dst, const at::Tensor& src) {
   }
   // Buffers are immutable: a whole-storage copy shares the source buffer
   // (unless a pending graph owns either value: then the copy joins the graph).
-  if (!engine::is_pending(*d.slot) && !engine::is_pending(*s.slot) && d.is_whole_storage() && s.is_whole_storage() && d.sizes == s.sizes && d.dtype == s.dtype &&
+  if (!engine::is_pending(*d.slot) && !engine::is_pending(*s.slot) && d.is_whole_storage() &&
+      s.is_whole_storage() && d.sizes == s.sizes && d.dtype == s.dtype &&
       d.slot->nbytes == s.slot->nbytes && (!s.slot->buffer || s.slot->element_type() == s.dtype)) {
     d.slot->buffer = s.slot->buffer;
     return;

@@ -368,7 +368,8 @@ std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionS
       return;
     }
     const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
-    int first = static_cast<int>(std::find(storages.begin(), storages.end(), impl) - storages.begin());
+    int first =
+        static_cast<int>(std::find(storages.begin(), storages.end(), impl) - storages.begin());
     shared |= first < static_cast<int>(storages.size());
     storages.push_back(impl);
     aliasing.emplace_back(first, t.storage_offset());
@@ -663,7 +664,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     call.random = at::check_generator<TpuGenerator>(*gen)->state();
   }
   try {
-    engine::execute(call);
+    engine::execute(std::move(call));
   } catch (const lower::Unsupported& e) {
     if (gen_lock.owns_lock()) gen_lock.unlock();
     cpu_fallback(op, stack, e.what());

@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace torch_tpu::engine {
 
@@ -41,6 +43,9 @@ std::string digest(const std::string& s) {
 
 CompileCache::CompileCache(std::string dir, std::string identity)
     : dir_(std::move(dir)), identity_(std::move(identity)) {
+  const char* max_mb = std::getenv("TORCH_TPU_CACHE_MAX_MB");
+  max_bytes_ = static_cast<uintmax_t>(max_mb && std::atoll(max_mb) > 0 ? std::atoll(max_mb) : 4096)
+               << 20;
   if (dir_.empty()) return;
   std::error_code error;
   std::filesystem::create_directories(dir_, error);
@@ -103,6 +108,28 @@ void CompileCache::store(const std::string& program, const std::string& options,
     }
   }
   std::rename(temporary.c_str(), target.c_str());  // atomic: readers see all or nothing
+  if (++stores_ % 256 == 0) trim();
+}
+
+void CompileCache::trim() const {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<fs::file_time_type, fs::path>> entries;
+  uintmax_t total = 0;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir_, error)) {
+    if (entry.path().extension() != ".xla") continue;
+    uintmax_t size = entry.file_size(error);
+    if (error) continue;
+    total += size;
+    entries.emplace_back(entry.last_write_time(error), entry.path());
+  }
+  if (total <= max_bytes_) return;
+  std::sort(entries.begin(), entries.end());
+  for (const auto& [time, path] : entries) {
+    if (total <= max_bytes_ * 3 / 4) break;
+    uintmax_t size = fs::file_size(path, error);
+    if (!error && fs::remove(path, error)) total -= size;
+  }
 }
 
 }  // namespace torch_tpu::engine

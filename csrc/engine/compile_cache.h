@@ -3,9 +3,12 @@
 // decides the compiled code: compile options, platform, plugin (path, size,
 // version) and the host CPU's features. Writes are atomic (temporary file and
 // rename), so concurrent processes are safe; entries that are unreadable or
-// were written for another identity are ignored and rewritten.
+// were written for another identity are ignored and rewritten. The directory
+// is kept under TORCH_TPU_CACHE_MAX_MB (default 4096): least recently written
+// entries go first.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -31,8 +34,12 @@ class CompileCache {
   std::string path(const std::string& program, const std::string& options) const;
   std::string header(const std::string& program, const std::string& options) const;
 
+  void trim() const;
+
   std::string dir_;
   std::string identity_;
+  uintmax_t max_bytes_;
+  mutable int stores_ = 0;
 };
 
 }  // namespace torch_tpu::engine

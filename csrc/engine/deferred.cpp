@@ -42,13 +42,13 @@ constexpr size_t kRepeatWindow = 8;
 struct Graph {
   std::deque<PendingSlot> slots;  // stable addresses: views point into them
   std::deque<RecordedOp> ops;
-  std::string key;  // the ops' signatures and storage maps, in order
-  // Signature hashes of the last ops recorded on the device (across graphs),
+  std::string key;  // the ops' signature ids and storage maps, in order
+  // Signature ids of the last ops recorded on the device (across graphs),
   // and those that preceded this graph's first op: when the recent ones come
   // round to the start's again, the work repeats (a loop iteration, a step)
   // and a cut there makes every repetition the same cached graph.
-  std::deque<size_t> recent;
-  std::deque<size_t> start;
+  std::deque<uint64_t> recent;
+  std::deque<uint64_t> start;
 };
 
 // Pending graphs by device; guarded by the backend mutex. Leaked: they hold
@@ -66,10 +66,13 @@ Graph& graph_of(int device) {
 
 // What recording needs to know of an op before it runs: whether its rule
 // accepts the inputs and how many random offsets it draws. Found by lowering
-// the op alone (no compile), once per signature.
+// the op alone (no compile), once per signature. `id` stands for the
+// signature in graph keys, which stay small however long the signatures are;
+// ids are never reused, so clearing the table only costs recompiles.
 struct OpInfo {
   std::string unsupported;
   int64_t random_consumed = 0;
+  uint64_t id = 0;
 };
 
 const OpInfo& op_info(const OpCall& call, const Signature& sig, hlo::Precision precision) {
@@ -79,7 +82,9 @@ const OpInfo& op_info(const OpCall& call, const Signature& sig, hlo::Precision p
   if (infos->size() > 100000) infos->clear();
   std::vector<const StorageSlot*> storages;
   for (const SlotUse& use : sig.slots) storages.push_back(use.slot);
+  static uint64_t next_id = 0;
   OpInfo info;
+  info.id = next_id++;
   try {
     ProgramBuilder builder(storages);
     info.random_consumed = builder.emit({&call, &sig, nullptr, precision, {}}, 0);
@@ -161,8 +166,10 @@ void flush_graph(int device, FlushReason reason) {
     for (PendingSlot& ps : g.slots) {
       if (!ps.live) continue;
       ps.live->pending = nullptr;
-      if (!ps.written) ps.live->buffer = std::move(ps.shadow.buffer);
-      else if (written) ps.live->buffer = written(ps);
+      if (!ps.written)
+        ps.live->buffer = std::move(ps.shadow.buffer);
+      else if (written)
+        ps.live->buffer = written(ps);
     }
     g.slots.clear();
     g.ops.clear();
@@ -228,7 +235,7 @@ int max_graph_ops() {
   return limit;
 }
 
-void record(const OpCall& call) {
+void record(OpCall&& call) {
   hlo::Precision prec = precision();
   Signature sig = signature(call, prec);
   const OpInfo& info = op_info(call, sig, prec);
@@ -236,12 +243,12 @@ void record(const OpCall& call) {
 
   Graph& g = graph_of(call.device);
   RecordedOp& op = g.ops.emplace_back();
-  op.call = call;
-  op.precision = prec;
   if (call.random) {
     op.random = *call.random;
     call.random->offset += info.random_consumed;
   }
+  op.call = std::move(call);
+  op.precision = prec;
   op.storage_of.reserve(sig.slots.size());
   for (SlotUse& use : sig.slots) {
     PendingSlot& ps = adopt(g, use.slot);
@@ -264,11 +271,11 @@ void record(const OpCall& call) {
     ps->written = true;
     t.slot = &ps->shadow;
   }
-  g.key += op.sig.key;
+  g.key.append(reinterpret_cast<const char*>(&info.id), sizeof(info.id));
   g.key.append(reinterpret_cast<const char*>(op.storage_of.data()),
                op.storage_of.size() * sizeof(int));
   metrics().deferred_ops++;
-  g.recent.push_back(std::hash<std::string>{}(op.sig.key));
+  g.recent.push_back(info.id);
   if (g.recent.size() > kRepeatWindow) g.recent.pop_front();
   int size = static_cast<int>(g.ops.size());
   if (size >= max_graph_ops()) {
@@ -288,7 +295,6 @@ void flush(int device, FlushReason reason) {
   }
   for (size_t d = 0; d < graphs().size(); ++d) flush_graph(static_cast<int>(d), reason);
 }
-
 
 void synchronize(int device) {
   if (!Backend::started()) return;

@@ -19,10 +19,18 @@ void set_eager_mode(EagerMode mode);
 // Appends `call` to its device's graph. Validates it as strict execution
 // would (the rule may decline with lower::Unsupported) and draws its random
 // offsets now, so results equal strict mode's.
-void record(const OpCall& call);
+void record(OpCall&& call);
 
 // Why a graph is materialised (counted in the metrics).
-enum class FlushReason : int { HostRead, Synchronize, SizeLimit, Step, ModeSwitch, Storage, Repeat };
+enum class FlushReason : int {
+  HostRead,
+  Synchronize,
+  SizeLimit,
+  Step,
+  ModeSwitch,
+  Storage,
+  Repeat
+};
 
 // Compiles (or finds) and launches the pending graph of `device` (-1: every
 // device). Asynchronous: the slots hold the results' buffers on return.

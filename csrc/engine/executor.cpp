@@ -51,7 +51,7 @@ void run_now(const OpCall& call) {
 void set_precision(hlo::Precision p) { g_precision = static_cast<int>(p); }
 hlo::Precision precision() { return static_cast<hlo::Precision>(g_precision.load()); }
 
-void execute(const OpCall& call) {
+void execute(OpCall&& call) {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   auto check_device = [&](const TensorView& v) {
@@ -68,7 +68,7 @@ void execute(const OpCall& call) {
   for (const TensorView& t : call.targets) check_device(t);
 
   if (eager_mode() == EagerMode::DeferAndFuse) {
-    record(call);
+    record(std::move(call));
   } else {
     run_now(call);
   }

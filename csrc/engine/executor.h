@@ -7,9 +7,10 @@
 
 namespace torch_tpu::engine {
 
-// Runs `call` asynchronously: the target storages hold the results (or
-// pending results) when it returns. Thread-safe.
-void execute(const OpCall& call);
+// Runs `call` asynchronously (or records it, in DeferAndFuse): the target
+// storages hold the results (or pending results) when it returns.
+// Thread-safe.
+void execute(OpCall&& call);
 
 // Matmul/convolution precision for float32 (torch.tpu.Precision).
 void set_precision(hlo::Precision precision);

@@ -266,7 +266,8 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
     std::optional<Value> offset;
     ElementType itype = index_type(t.storage_numel());
     if (layout.needs_offset()) {
-      offset = st.param({itype, {}}, {Param::Source::TargetOffset, index, static_cast<int>(j), itype});
+      offset =
+          st.param({itype, {}}, {Param::Source::TargetOffset, index, static_cast<int>(j), itype});
     }
     if (layout.kind == ViewLayout::Kind::Dense && layout.covers_storage) {
       st.value[s] = write_view(b, value, t, layout, offset, value);

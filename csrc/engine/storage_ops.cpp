@@ -99,7 +99,7 @@ void copy_view(const TensorView& src, const TensorView& dst, const std::string& 
   arg.inputs.push_back(in);
   call.args.push_back(arg);
   call.targets.push_back(dst);
-  execute(call);
+  execute(std::move(call));
 }
 
 void copy_storage_across_devices(StorageSlot& dst, const StorageSlot& src) {

@@ -109,10 +109,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_properties", &device_properties);
   m.def("_plugin_info", &plugin_info);
   m.def(
-      "_synchronize",
-      [](int device) { engine::synchronize(device); }, py::call_guard<py::gil_scoped_release>());
-  m.def("_set_eager_mode", [](int mode) { engine::set_eager_mode(static_cast<engine::EagerMode>(mode)); },
-        py::call_guard<py::gil_scoped_release>());
+      "_synchronize", [](int device) { engine::synchronize(device); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_set_eager_mode",
+      [](int mode) { engine::set_eager_mode(static_cast<engine::EagerMode>(mode)); },
+      py::call_guard<py::gil_scoped_release>());
   m.def("_get_eager_mode", [] { return static_cast<int>(engine::eager_mode()); });
   // The end of a training step (optimizer.step): the natural cut of a graph,
   // so every step yields the same graphs.
