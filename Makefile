@@ -40,8 +40,14 @@ demo: build
 cpp-test: build
 	TORCH_TPU_PLUGIN=$(PLUGIN) $(BUILD)/tpu_core_tests
 
+# The suite runs once per eager mode: results must be the same in each. Later
+# modes load much of what the first compiled from the persistent cache.
+EAGER_MODES ?= strict debug defer_and_fuse
 py-test: build
-	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
+	@status=0; for mode in $(EAGER_MODES); do \
+		echo "== eager mode: $$mode"; \
+		TORCH_TPU_EAGER_MODE=$$mode $(PY) -m pytest -q -n $(TEST_WORKERS) tests || status=1; \
+	done; exit $$status
 
 test: cpp-test py-test
 

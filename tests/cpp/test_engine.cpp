@@ -3,6 +3,7 @@
 #include <numeric>
 
 #include "engine/backend.h"
+#include "engine/deferred.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
 #include "engine/storage_ops.h"
@@ -114,6 +115,32 @@ TEST(engine_writes_every_view_layout) {
     engine::download_view(TensorView{storage.get(), ElementType::F32, {24}, {1}, 0}, got.data());
     if (got != expected) testing::fail(std::string("write through ") + c.name, __FILE__, __LINE__);
   }
+}
+
+// DeferAndFuse: writes through every view layout, in order, become one
+// program run at the read; sources freed while pending are safe.
+TEST(engine_deferred_writes_run_as_one_program) {
+  auto storage = make_storage(iota(24));
+  std::vector<float> expected = iota(24);
+  engine::set_eager_mode(engine::EagerMode::DeferAndFuse);
+  int64_t before = engine::metrics().executions;
+  for (const auto& c : kCases) {
+    if (std::string(c.name) == "broadcast") continue;
+    TensorView dst = view(storage.get(), c);
+    auto values = iota(dst.numel(), 100 * (&c - kCases));
+    auto src_slot = make_storage(values);  // freed at the end of the iteration
+    engine::copy_view(
+        {src_slot.get(), ElementType::F32, dst.sizes, engine::contiguous_strides(dst.sizes), 0},
+        dst, "test::copy");
+    auto idx = element_indices(c);
+    for (size_t i = 0; i < idx.size(); ++i) expected[idx[i]] = values[i];
+  }
+  CHECK_EQ(engine::metrics().executions, before);
+  std::vector<float> got(24);
+  engine::download_view(TensorView{storage.get(), ElementType::F32, {24}, {1}, 0}, got.data());
+  engine::set_eager_mode(engine::EagerMode::Strict);
+  CHECK_EQ(engine::metrics().executions, before + 1);
+  CHECK((got == expected));
 }
 
 TEST(engine_offsets_are_operands_not_recompiles) {
