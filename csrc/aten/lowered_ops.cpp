@@ -10,8 +10,10 @@
 
 #include "aten/cpu_fallback.h"
 #include "aten/data_dependent.h"
+#include "aten/debug_checks.h"
 #include "aten/generator.h"
 #include "aten/tensor_bridge.h"
+#include "engine/deferred.h"
 #include "engine/executor.h"
 
 namespace torch_tpu::aten {
@@ -590,6 +592,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // PyTorch's meta kernel validates the call and describes the results.
   std::optional<MetaResult> meta = meta_results(binding, op, args);
+  if (meta && engine::eager_mode() == engine::EagerMode::Debug) check_indices(binding.name, args);
   if (!meta) {
     cpu_fallback(op, stack);
     return;
