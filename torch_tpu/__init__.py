@@ -70,7 +70,7 @@ _register()
 from .metrics import metrics, metrics_report, reset_metrics  # noqa: E402
 from .precision import Precision  # noqa: E402
 from .precision import _init_from_env as _init_precision  # noqa: E402
-from .eager import EagerMode, eager_mode, get_eager_mode, set_eager_mode  # noqa: E402, F401
+from .eager import EagerMode, eager_mode, get_eager_mode, set_eager_mode  # noqa: E402
 from .eager import _init_from_env as _init_eager_mode  # noqa: E402
 
 _init_precision()
