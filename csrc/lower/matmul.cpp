@@ -15,19 +15,10 @@ namespace {
 using Product = std::function<Value(const Value&, const Value&, Precision, ElementType)>;
 
 // Rounds float32 values to the nearest bfloat16 (ties to even), keeping them
-// in float32. Spelled in integer arithmetic: a compiler allowed excess
-// precision (XLA's default, xla_allow_excess_precision) may drop a plain
-// f32 -> bf16 -> f32 convert pair, and the rounding is the point. NaNs pass
-// through unchanged (the bias could carry a NaN's payload into the exponent).
+// in float32. Programs are compiled without excess precision
+// (xla_allow_excess_precision=false), so XLA keeps the convert pair.
 Value round_to_bf16(Builder& b, const Value& x) {
-  const Dims& d = x.dims();
-  auto u32 = [&](int64_t v) { return b.full({ElementType::U32, d}, static_cast<double>(v)); };
-  Value bits = b.bitcast_convert(x, ElementType::U32);
-  Value shift = b.binary("shift_right_logical", bits, u32(16));
-  Value odd = b.and_(shift, u32(1));
-  Value rounded = b.and_(b.add(bits, b.add(u32(0x7FFF), odd)), u32(0xFFFF0000));
-  Value y = b.bitcast_convert(rounded, ElementType::F32);
-  return b.select(b.compare(x, x, hlo::Comparison::NE), x, y);
+  return b.convert(b.convert(x, ElementType::BF16), ElementType::F32);
 }
 
 // x = hi + lo with hi = bf16(x), lo = bf16(x - hi): the two bf16 terms of a
