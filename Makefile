@@ -41,12 +41,17 @@ cpp-test: build
 	TORCH_TPU_PLUGIN=$(PLUGIN) $(BUILD)/tpu_core_tests
 
 # The suite runs once per eager mode: results must be the same in each. Later
-# modes load much of what the first compiled from the persistent cache.
+# modes load much of what the first compiled from the persistent cache. The
+# OpInfo database (tests/test_ops.py, half the suite) runs in strict mode only
+# for now: in defer_and_fuse every test's graph is a program of its own, and
+# the three full passes would take CI past its time budget on 2 cores.
 EAGER_MODES ?= strict debug defer_and_fuse
+STRICT_ONLY ?= --ignore=tests/test_ops.py
 py-test: build
 	@status=0; for mode in $(EAGER_MODES); do \
 		echo "== eager mode: $$mode"; \
-		TORCH_TPU_EAGER_MODE=$$mode $(PY) -m pytest -q -n $(TEST_WORKERS) tests || status=1; \
+		only=$$([ $$mode = strict ] || echo "$(STRICT_ONLY)"); \
+		TORCH_TPU_EAGER_MODE=$$mode $(PY) -m pytest -q -n $(TEST_WORKERS) tests $$only || status=1; \
 	done; exit $$status
 
 test: cpp-test py-test
