@@ -80,13 +80,11 @@ const OpInfo& op_info(const OpCall& call, const Signature& sig, hlo::Precision p
   auto it = infos->find(sig.key);
   if (it != infos->end()) return it->second;
   if (infos->size() > 100000) infos->clear();
-  std::vector<const StorageSlot*> storages;
-  for (const SlotUse& use : sig.slots) storages.push_back(use.slot);
   static uint64_t next_id = 0;
   OpInfo info;
   info.id = next_id++;
   try {
-    ProgramBuilder builder(storages);
+    ProgramBuilder builder(storages_of(sig));
     info.random_consumed = builder.emit({&call, &sig, nullptr, precision, {}}, 0);
   } catch (const lower::Unsupported& e) {
     info.unsupported = e.what();

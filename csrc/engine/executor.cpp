@@ -17,9 +17,8 @@ void run_now(const OpCall& call) {
   Backend& backend = Backend::get();
   hlo::Precision prec = precision();
   Signature sig = signature(call, prec);
+  std::vector<const StorageSlot*> storages = storages_of(sig);
   const Program& program = cached_program(sig.key, [&] {
-    std::vector<const StorageSlot*> storages;
-    for (const SlotUse& use : sig.slots) storages.push_back(use.slot);
     ProgramBuilder builder(storages);
     Program declined;
     try {
@@ -32,8 +31,6 @@ void run_now(const OpCall& call) {
   });
   if (!program.unsupported.empty()) throw lower::Unsupported(program.unsupported);
 
-  std::vector<const StorageSlot*> storages;
-  for (const SlotUse& use : sig.slots) storages.push_back(use.slot);
   ProgramOp op{&call, &sig, nullptr, prec, {}};
   if (call.random) op.random = *call.random;
   runtime::Launch launch = launch_program(program, call.device, storages, {op});

@@ -130,6 +130,12 @@ Signature signature(const OpCall& call, hlo::Precision precision) {
   return sig;
 }
 
+std::vector<const StorageSlot*> storages_of(const Signature& sig) {
+  std::vector<const StorageSlot*> storages;
+  for (const SlotUse& use : sig.slots) storages.push_back(use.slot);
+  return storages;
+}
+
 const std::string* interned(const std::string& name) {
   static auto* names = new std::unordered_set<std::string>();
   return &*names->insert(name).first;

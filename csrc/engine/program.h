@@ -30,6 +30,8 @@ struct Signature {
 };
 
 Signature signature(const OpCall& call, hlo::Precision precision);
+// The signature's storages, in its slot order.
+std::vector<const StorageSlot*> storages_of(const Signature& sig);
 
 // Where a program parameter's value comes from at launch.
 struct Param {
