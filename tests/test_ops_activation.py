@@ -182,6 +182,15 @@ def test_integer_inputs(dtype):
     run(lambda t: A.threshold(t, 4.5, -1), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_threshold_compares_reduced_floats_against_the_unrounded_threshold(dtype):
+    # bf16(0.1) > 0.1: the CPU keeps it, as it compares in float.
+    x = torch.tensor([0.1, 0.0999, 0.5, -1.0], dtype=dtype)
+    run(lambda t: F.threshold(t, 0.1, 20.0), x, dtype=dtype, atol=0, rtol=0)
+    g = torch.ones(4, dtype=dtype)
+    run(lambda g, t: A.threshold_backward(g, t, 0.1), g, x, dtype=dtype, atol=0, rtol=0)
+
+
 NAN, INF = float("nan"), float("inf")
 # Branch boundaries of the ops below (0, +-3, +-lambd, softplus thresholds) and extremes. 64
 # elements: the CPU's vectorised loop handles them all (its scalar tail treats NaN differently

@@ -94,12 +94,15 @@ std::vector<Value> relu(Context& c, const Args& a) {
   return {p.result(p.where(p.le(x, p.constant(0)), p.constant(0), x))};
 }
 
-// threshold(self, threshold, value): self <= threshold ? value : self.
+// threshold(self, threshold, value): self <= threshold ? value : self. The CPU
+// kernel compares bf16/f16 in float against the unrounded threshold, so a value
+// equal to the rounded threshold is kept.
 std::vector<Value> threshold(Context& c, const Args& a) {
   Pointwise p(c, a);
   require_real(p.out);
   Value x = p.tensor(0);
-  return {p.result(p.where(p.le(x, p.rounded_param(1)), p.rounded_param(2), x))};
+  Value limit = is_floating(p.out) ? p.param(1) : p.rounded_param(1);
+  return {p.result(p.where(p.le(x, limit), p.rounded_param(2), x))};
 }
 
 // threshold_backward(grad_output, self, threshold): relu's backward.
@@ -107,7 +110,8 @@ std::vector<Value> threshold_backward(Context& c, const Args& a) {
   Pointwise p(c, a);
   require_real(p.out);
   Value x = p.tensor(1);
-  return {p.result(p.where(p.le(x, p.rounded_param(2)), p.constant(0), p.tensor(0)))};
+  Value limit = is_floating(p.out) ? p.param(2) : p.rounded_param(2);
+  return {p.result(p.where(p.le(x, limit), p.constant(0), p.tensor(0)))};
 }
 
 // hardtanh(self, min_val, max_val): clamp; integer tensors truncate the bounds
