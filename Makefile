@@ -29,10 +29,13 @@ $(BUILD)/build.ninja: $(STAMP) CMakeLists.txt
 		-DTORCH_DIR=$(TORCH_DIR) -DPython_EXECUTABLE=$(abspath $(PY))
 
 # Incremental: ninja rebuilds only what changed. The editable install registers
-# the torch.backends entry point (autoload on `import torch`).
-build: $(BUILD)/build.ninja
+# the entry points (torch.backends: autoload on `import torch`;
+# torch_dynamo_backends: torch.compile's "tpu"), again when pyproject.toml changes.
+build: $(BUILD)/build.ninja $(VENV)/.editable
 	flock $(BUILD)/.lock $(VENV)/bin/ninja -C $(BUILD)
-	@test -f $(VENV)/.editable || ($(PIP) install --quiet --no-build-isolation --no-deps -e . && touch $(VENV)/.editable)
+
+$(VENV)/.editable: pyproject.toml $(STAMP)
+	$(PIP) install --quiet --no-build-isolation --no-deps -e . && touch $@
 
 demo: build
 	$(PY) examples/train_demo.py

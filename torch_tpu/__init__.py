@@ -77,6 +77,9 @@ _init_precision()
 _init_eager_mode()
 
 from . import serialization  # noqa: E402, F401
+from ._compile import install_default_backend  # noqa: E402
+
+install_default_backend()
 
 
 def platform() -> str:

@@ -16,6 +16,8 @@ import contextlib
 import enum
 import os
 
+import torch
+
 from . import _C
 
 
@@ -75,4 +77,11 @@ def _init_from_env() -> None:
     # pending graph there makes every step yield the same (cached) graphs.
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(lambda *_: _C._mark_step())
+    register_optimizer_step_post_hook(_end_of_step)
+
+
+def _end_of_step(*_) -> None:
+    # Inside torch.compile the step is part of a compiled graph: no cut (and
+    # Dynamo folds this branch away instead of breaking the graph at _C).
+    if not torch.compiler.is_compiling():
+        _C._mark_step()

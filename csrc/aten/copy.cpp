@@ -3,6 +3,7 @@
 #include <ATen/MemoryOverlap.h>
 
 #include "aten/tensor_bridge.h"
+#include "engine/captured_graph.h"
 #include "engine/deferred.h"
 #include "engine/executor.h"
 #include "engine/storage_ops.h"
@@ -20,10 +21,12 @@ void copy_on_device(const at::Tensor& dst, const at::Tensor& src) {
     return;
   }
   // Buffers are immutable: a whole-storage copy shares the source buffer
-  // (unless a pending graph owns either value: then the copy joins the graph).
-  if (!engine::is_pending(*d.slot) && !engine::is_pending(*s.slot) && d.is_whole_storage() &&
-      s.is_whole_storage() && d.sizes == s.sizes && d.dtype == s.dtype &&
-      d.slot->nbytes == s.slot->nbytes && (!s.slot->buffer || s.slot->element_type() == s.dtype)) {
+  // (unless a pending graph owns either value, or a capture records the
+  // device: then the copy joins the graph).
+  if (!engine::is_pending(*d.slot) && !engine::is_pending(*s.slot) &&
+      !engine::capturing(d.slot->device) && d.is_whole_storage() && s.is_whole_storage() &&
+      d.sizes == s.sizes && d.dtype == s.dtype && d.slot->nbytes == s.slot->nbytes &&
+      (!s.slot->buffer || s.slot->element_type() == s.dtype)) {
     d.slot->buffer = s.slot->buffer;
     return;
   }

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <unordered_map>
 
 #include "engine/backend.h"
+#include "engine/captured_graph.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
 #include "engine/program.h"
@@ -49,6 +51,11 @@ struct Graph {
   // and a cut there makes every repetition the same cached graph.
   std::deque<uint64_t> recent;
   std::deque<uint64_t> start;
+  // A capture (torch.compile) is recording; `broken` says what cut it.
+  bool capturing = false;
+  std::string broken;
+  RandomState* generator = nullptr;
+  uint64_t start_offset = 0;
 };
 
 // Pending graphs by device; guarded by the backend mutex. Leaked: they hold
@@ -140,9 +147,18 @@ const char* reason_name(FlushReason reason) {
   return "";
 }
 
-void flush_graph(int device, FlushReason reason) {
+// Sees the program of a graph (null: the graph has no outputs) before it runs.
+using ProgramInspector = std::function<void(const Program*, const std::vector<ProgramOp>&)>;
+
+void flush_graph(int device, FlushReason reason, const ProgramInspector& inspect = nullptr) {
   Graph& g = graph_of(device);
-  if (g.ops.empty()) return;
+  if (g.ops.empty()) {
+    if (inspect) inspect(nullptr, {});
+    return;
+  }
+  if (g.capturing && !inspect && g.broken.empty()) {
+    g.broken = std::string("its ops were materialised (") + reason_name(reason) + ")";
+  }
   Backend& backend = Backend::get();
 
   std::vector<const StorageSlot*> storages;
@@ -176,6 +192,7 @@ void flush_graph(int device, FlushReason reason) {
 
   metrics().count_materialization(reason_name(reason));
   if (std::find(keep.begin(), keep.end(), true) == keep.end()) {
+    if (inspect) inspect(nullptr, ops);
     release(nullptr);  // no value of the graph is still referenced
     return;
   }
@@ -185,6 +202,7 @@ void flush_graph(int device, FlushReason reason) {
       for (size_t i = 0; i < ops.size(); ++i) builder.emit(ops[i], static_cast<int>(i));
       return builder.finish(interned(program_name(g)), keep);
     });
+    if (inspect) inspect(&program, ops);
     runtime::Launch launch = launch_program(program, device, storages, ops);
     for (size_t i = 0; i < program.output_slots.size(); ++i) {
       StorageSlot* live = g.slots[program.output_slots[i]].live;
@@ -276,6 +294,7 @@ void record(OpCall&& call) {
   g.recent.push_back(info.id);
   if (g.recent.size() > kRepeatWindow) g.recent.pop_front();
   int size = static_cast<int>(g.ops.size());
+  if (g.capturing) return;  // a capture is one program, however long
   if (size >= max_graph_ops()) {
     flush(call.device, FlushReason::SizeLimit);
   } else if (size >= max_graph_ops() / 2 && g.start.size() == kRepeatWindow &&
@@ -300,6 +319,159 @@ void synchronize(int device) {
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   flush(device, FlushReason::Synchronize);
   backend.synchronize(device);
+}
+
+// ---------------------------------------------------------------- capture
+
+void note_unrecorded(int device, const char* what) {
+  if (!capturing(device)) return;
+  Graph& g = graph_of(device);
+  if (g.broken.empty()) g.broken = what;
+}
+
+bool capturing(int device) {
+  auto& g = graphs();
+  return device >= 0 && device < static_cast<int>(g.size()) && g[device].capturing;
+}
+
+void begin_capture(int device, RandomState* generator) {
+  std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+  flush(device, FlushReason::Synchronize);
+  Graph& g = graph_of(device);
+  g.capturing = true;
+  g.broken.clear();
+  g.generator = generator;
+  g.start_offset = generator->offset;
+}
+
+namespace {
+
+// Fills `cg` from the graph about to run as `program`, or says why it cannot
+// be replayed.
+std::string describe_capture(CapturedGraph& cg, const Graph& g, const Program* program,
+                             const std::vector<ProgramOp>& ops,
+                             const std::vector<TensorView>& inputs,
+                             const std::vector<TensorView>& outputs) {
+  auto input_of = [&](const StorageSlot* live) {
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      if (inputs[k].slot == live) return static_cast<int>(k);
+    }
+    return -1;
+  };
+  std::vector<int> new_storage(g.slots.size(), -1);
+  if (program) {
+    cg.program = *program;
+    for (const Param& p : program->params) {
+      CapturedGraph::ParamValue v;
+      const ProgramOp* op = p.source == Param::Source::Storage ? nullptr : &ops[p.op];
+      switch (p.source) {
+        case Param::Source::Storage: {
+          const PendingSlot& ps = g.slots[p.index];
+          v.input = ps.live ? input_of(ps.live) : -1;
+          v.kind = v.input >= 0 ? CapturedGraph::ParamValue::Kind::Input
+                                : CapturedGraph::ParamValue::Kind::Constant;
+          v.constant = v.input >= 0 ? nullptr : ps.shadow.buffer;
+          break;
+        }
+        case Param::Source::InputOffset:
+        case Param::Source::TargetOffset: {
+          int64_t offset = p.source == Param::Source::InputOffset
+                               ? op->sig->inputs[p.index]->view.offset
+                               : op->call->targets[p.index].offset;
+          int32_t offset32 = static_cast<int32_t>(offset);
+          v.host.type = p.type;
+          std::memcpy(v.host.bytes,
+                      p.type == ElementType::S32 ? static_cast<void*>(&offset32)
+                                                 : static_cast<void*>(&offset),
+                      element_size(p.type));
+          break;
+        }
+        case Param::Source::Scalar:
+          v.host = op->sig->inputs[p.index]->scalar;
+          break;
+        case Param::Source::Random:
+          if (op->call->random != g.generator) {
+            return "a random op draws from a generator other than the device's default";
+          }
+          v.kind = CapturedGraph::ParamValue::Kind::Random;
+          v.random_delta = op->random.offset - g.start_offset;
+          break;
+      }
+      cg.params.push_back(std::move(v));
+    }
+    for (int s : program->output_slots) {
+      const PendingSlot& ps = g.slots[s];
+      int k = input_of(ps.live);
+      cg.output_input.push_back(k);
+      cg.output_storage.push_back(k >= 0 ? -1 : static_cast<int>(cg.new_storage_nbytes.size()));
+      if (k < 0) {
+        new_storage[s] = static_cast<int>(cg.new_storage_nbytes.size());
+        cg.new_storage_nbytes.push_back(ps.shadow.nbytes);
+      }
+    }
+  }
+  for (const TensorView& out : outputs) {
+    CapturedOutput o;
+    o.view = out;
+    o.view.slot = nullptr;
+    o.input = input_of(out.slot);
+    if (o.input < 0) {
+      const PendingSlot* ps = out.slot->pending;
+      if (!ps || !ps->written) return "it returns a tensor the graph does not compute";
+      o.new_storage = new_storage[ps->index];
+    } else if (inputs[o.input].dtype != out.dtype) {
+      return "it returns a view of an input with another dtype";
+    }
+    cg.outputs.push_back(o);
+  }
+  for (const PendingSlot& ps : g.slots) {
+    if (ps.live && ps.written && input_of(ps.live) < 0 && new_storage[ps.index] < 0) {
+      return "it writes a tensor that is neither an input nor an output";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::shared_ptr<CapturedGraph> end_capture(int device, const std::vector<TensorView>& inputs,
+                                           const std::vector<TensorView>& outputs) {
+  std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+  Graph& g = graph_of(device);
+  auto cg = std::make_shared<CapturedGraph>();
+  cg->device = device;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const TensorView& in = inputs[k];
+    cg->inputs.push_back(in);
+    cg->inputs.back().slot = nullptr;
+    cg->input_nbytes.push_back(in.slot->nbytes);
+    // A pending input holds a value unless no recorded op wrote a never-written storage.
+    cg->input_had_buffer.push_back(in.slot->pending
+                                       ? static_cast<bool>(in.slot->pending->shadow.buffer)
+                                       : static_cast<bool>(in.slot->buffer));
+    int alias = static_cast<int>(k);
+    for (size_t j = 0; j < k; ++j) {
+      if (inputs[j].slot == in.slot) {
+        alias = static_cast<int>(j);
+        break;
+      }
+    }
+    cg->input_alias.push_back(alias);
+  }
+  std::string problem = g.broken;
+  bool for_device = std::all_of(inputs.begin(), inputs.end(),
+                                [&](const TensorView& v) { return v.slot->device == device; });
+  if (!for_device) problem = "its inputs are on several devices";
+  g.capturing = false;
+  flush_graph(device, FlushReason::Synchronize,
+              [&](const Program* program, const std::vector<ProgramOp>& ops) {
+                if (problem.empty())
+                  problem = describe_capture(*cg, g, program, ops, inputs, outputs);
+              });
+  cg->random_consumed = g.generator->offset - g.start_offset;
+  g.generator = nullptr;
+  if (!problem.empty()) throw CaptureError(problem);
+  return cg;
 }
 
 }  // namespace torch_tpu::engine

@@ -48,6 +48,10 @@ inline void materialize(const StorageSlot& slot, FlushReason reason) {
   if (slot.pending) flush(slot.device, reason);
 }
 
+// Work on `device` that bypasses the recorder (an upload, a download, a
+// resize): a capture recording on the device could not replay it.
+void note_unrecorded(int device, const char* what);
+
 // The op count at which a graph is materialised (TORCH_TPU_DEFER_MAX_OPS).
 // From half of it on, a graph is also cut where the recorded ops start
 // repeating the sequence that preceded the graph (the next iteration of a

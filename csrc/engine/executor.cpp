@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "engine/backend.h"
+#include "engine/captured_graph.h"
 #include "engine/deferred.h"
 #include "engine/program.h"
 
@@ -64,7 +65,7 @@ void execute(OpCall&& call) {
   }
   for (const TensorView& t : call.targets) check_device(t);
 
-  if (eager_mode() == EagerMode::DeferAndFuse) {
+  if (eager_mode() == EagerMode::DeferAndFuse || capturing(call.device)) {
     record(std::move(call));
   } else {
     run_now(call);

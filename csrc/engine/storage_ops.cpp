@@ -33,6 +33,7 @@ void resize_storage(StorageSlot& slot, size_t nbytes) {
     slot.nbytes = nbytes;
     return;
   }
+  note_unrecorded(slot.device, "it resizes a storage");
   ElementType type = slot.element_type();
   int64_t old_n = slot.buffer->element_count();
   int64_t new_n = static_cast<int64_t>(nbytes) / element_size(type);
@@ -58,6 +59,8 @@ void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64
     throw std::logic_error("upload_storage: size mismatch");
   }
   materialize(slot, FlushReason::Storage);
+  note_unrecorded(slot.device,
+                  "it copies host data to the device (a CPU fallback or a tensor constant)");
   slot.buffer = backend.upload(data, type, {numel}, slot.device);
 }
 
@@ -66,6 +69,7 @@ void download_view(const TensorView& view, void* dst) {
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   int64_t numel = view.numel();
   if (numel == 0) return;
+  note_unrecorded(view.slot->device, "it reads device values on the host");
   materialize(*view.slot, FlushReason::HostRead);
   if (!view.slot->buffer) {  // never written: zeros
     std::memset(dst, 0, numel * element_size(view.dtype));
@@ -105,6 +109,8 @@ void copy_view(const TensorView& src, const TensorView& dst, const std::string& 
 void copy_storage_across_devices(StorageSlot& dst, const StorageSlot& src) {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  note_unrecorded(src.device, "it copies between devices");
+  note_unrecorded(dst.device, "it copies between devices");
   materialize(src, FlushReason::Storage);
   materialize(dst, FlushReason::Storage);
   dst.buffer = src.buffer ? backend.copy_to_device(*src.buffer, dst.device) : nullptr;

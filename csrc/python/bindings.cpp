@@ -3,6 +3,7 @@
 #include <torch/extension.h>
 
 #include "aten/allocator.h"
+#include "aten/captured_graph.h"
 #include "aten/cpu_fallback.h"
 #include "aten/device.h"
 #include "aten/generator.h"
@@ -153,4 +154,14 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(aten::default_generator(device)));
   });
+
+  // torch.compile (torch_tpu/_compile.py): capture one call of a graph, replay it.
+  py::register_exception<engine::CaptureError>(m, "CaptureError");
+  py::class_<engine::CapturedGraph, std::shared_ptr<engine::CapturedGraph>>(m, "CapturedGraph");
+  m.def("_begin_capture", [](int device) { aten::begin_capture(device); });
+  m.def("_end_capture", [](int device, const std::vector<at::Tensor>& inputs,
+                           const std::vector<at::Tensor>& outputs) {
+    return aten::end_capture(device, inputs, outputs);
+  });
+  m.def("_replay", &aten::replay);
 }

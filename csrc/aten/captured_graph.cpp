@@ -1,0 +1,73 @@
+#include "aten/captured_graph.h"
+
+#include "aten/generator.h"
+#include "aten/tensor_bridge.h"
+
+namespace torch_tpu::aten {
+
+namespace {
+
+std::vector<engine::TensorView> views_of(const std::vector<at::Tensor>& tensors) {
+  std::vector<engine::TensorView> views;
+  for (const at::Tensor& t : tensors) {
+    if (!is_tpu(t)) {
+      throw std::invalid_argument("a compiled tpu graph takes tpu tensors, got one on " +
+                                  t.device().str());
+    }
+    views.push_back(view_of(t));
+  }
+  return views;
+}
+
+engine::RandomState* generator_state(c10::DeviceIndex device) {
+  return at::check_generator<TpuGenerator>(default_generator(device))->state();
+}
+
+}  // namespace
+
+void begin_capture(c10::DeviceIndex device) {
+  at::Generator gen = default_generator(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  engine::begin_capture(device, generator_state(device));
+}
+
+std::shared_ptr<engine::CapturedGraph> end_capture(c10::DeviceIndex device,
+                                                   const std::vector<at::Tensor>& inputs,
+                                                   const std::vector<at::Tensor>& outputs) {
+  return engine::end_capture(device, views_of(inputs), views_of(outputs));
+}
+
+std::optional<std::vector<at::Tensor>> replay(const engine::CapturedGraph& graph,
+                                              const std::vector<at::Tensor>& inputs) {
+  auto device = static_cast<c10::DeviceIndex>(graph.device);
+  std::optional<std::vector<runtime::BufferPtr>> fresh;
+  {
+    at::Generator gen = default_generator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    fresh = graph.replay(views_of(inputs), generator_state(device));
+  }
+  if (!fresh) return std::nullopt;
+  // One tensor per new storage; outputs are views of it (or of an input).
+  std::vector<at::Tensor> bases(fresh->size());
+  std::vector<at::Tensor> outputs;
+  for (const engine::CapturedOutput& o : graph.outputs) {
+    const engine::TensorView& v = o.view;
+    at::Tensor base;
+    if (o.input >= 0) {
+      base = inputs[o.input];
+    } else {
+      at::Tensor& b = bases[o.new_storage];
+      if (!b.defined()) {
+        int64_t numel =
+            static_cast<int64_t>(graph.new_storage_nbytes[o.new_storage]) / element_size(v.dtype);
+        b = empty_tpu({numel}, scalar_type(v.dtype), device);
+        slot_of(b)->buffer = (*fresh)[o.new_storage];
+      }
+      base = b;
+    }
+    outputs.push_back(base.as_strided(v.sizes, v.strides, v.offset));
+  }
+  return outputs;
+}
+
+}  // namespace torch_tpu::aten

@@ -1,0 +1,82 @@
+// torch.compile's programs. One call of a compiled FX graph is recorded by the
+// DeferAndFuse recorder (whatever the eager mode) and compiled as one program;
+// later calls whose inputs have the same layouts replay that program directly,
+// with no per-op work on the host.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/op_call.h"
+#include "engine/program.h"
+
+namespace torch_tpu::engine {
+
+// The recorded work cannot be replayed (a host read or CPU fallback cut it, or
+// it writes a tensor that is neither an input nor an output); the message says
+// why. The call itself has run correctly.
+class CaptureError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Where an output of the graph lives: a storage the program creates, or the
+// storage of an input (a view of it, or an input the program overwrote).
+struct CapturedOutput {
+  int new_storage = -1;
+  int input = -1;
+  TensorView view;  // geometry only
+};
+
+struct CapturedGraph {
+  // What a program parameter is at replay.
+  struct ParamValue {
+    enum class Kind : uint8_t { Input, Constant, Host, Random };
+    Kind kind = Kind::Host;
+    int input = 0;                // Input: whose storage
+    runtime::BufferPtr constant;  // Constant: a tensor the graph holds (read only)
+    HostScalar host;              // Host: a scalar or view offset fixed by the layouts
+    uint64_t random_delta = 0;    // Random: generator offset past the call's start
+  };
+
+  int device = 0;
+  std::optional<Program> program;  // none when the graph does no device work
+  std::vector<ParamValue> params;
+  // Input layouts the program was built for: geometry, storage size, whether
+  // the storage held a buffer, and the first input sharing its storage.
+  std::vector<TensorView> inputs;
+  std::vector<size_t> input_nbytes;
+  std::vector<bool> input_had_buffer;
+  std::vector<int> input_alias;
+  // Program output i replaces the buffer of input output_input[i] (an
+  // overwritten input), or is new storage output_storage[i].
+  std::vector<int> output_input;
+  std::vector<int> output_storage;
+  std::vector<size_t> new_storage_nbytes;
+  std::vector<CapturedOutput> outputs;
+  uint64_t random_consumed = 0;
+
+  // Runs the program on `inputs` (the graph's tensor inputs, in order) and
+  // returns the buffers of the new storages; nullopt when an input's layout
+  // differs from the captured one. Draws random offsets from `generator`.
+  std::optional<std::vector<runtime::BufferPtr>> replay(const std::vector<TensorView>& inputs,
+                                                        RandomState* generator) const;
+};
+
+// Starts recording `device`'s ops (pending work is materialised first).
+// `generator` is the device's default generator: the only one a captured
+// random op may draw from.
+void begin_capture(int device, RandomState* generator);
+
+// Ends the recording and runs the recorded work for this call (the outputs'
+// storages hold their values on return). Returns the replayable graph, or
+// throws CaptureError.
+std::shared_ptr<CapturedGraph> end_capture(int device, const std::vector<TensorView>& inputs,
+                                           const std::vector<TensorView>& outputs);
+
+// Whether `device` is recording a capture (its ops are recorded, not run).
+bool capturing(int device);
+
+}  // namespace torch_tpu::engine

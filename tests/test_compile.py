@@ -1,0 +1,196 @@
+"""torch.compile(backend="tpu"): one program per graph, replayed; results match CPU."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_tpu
+from tests.test_training import cnn, mlp
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class TinyTransformer(nn.Module):
+    def __init__(self, vocab=64, width=32, heads=4, layers=2, seq=16):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, width)
+        self.pos = nn.Parameter(torch.randn(seq, width) * 0.02)
+        layer = nn.TransformerEncoderLayer(
+            width, heads, 4 * width, dropout=0.0, batch_first=True, norm_first=True
+        )
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, idx):
+        seq = idx.shape[1]
+        mask = nn.Transformer.generate_square_subsequent_mask(seq, device=idx.device)
+        x = self.emb(idx) + self.pos[:seq]
+        return self.head(self.blocks(x, mask=mask, is_causal=True)).flatten(0, 1)
+
+
+def data(kind, g):
+    if kind == "mlp":
+        return torch.randn(16, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+    if kind == "cnn":
+        return torch.randn(4, 3, 16, 16, generator=g), torch.randint(0, 10, (4,), generator=g)
+    idx = torch.randint(0, 64, (2, 16), generator=g)
+    return idx, torch.randint(0, 64, (32,), generator=g)
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "transformer": TinyTransformer}
+
+
+def train_step(model, opt, x, y):
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_compiled_training_matches_cpu_and_eager(kind, no_fallback):
+    torch.manual_seed(0)
+    cpu_model = MODELS[kind]()
+    models = {"cpu": cpu_model}
+    models["eager"] = copy.deepcopy(cpu_model).to("tpu")
+    models["compiled"] = copy.deepcopy(cpu_model).to("tpu")
+    # eps well above rounding noise: AdamW would turn the noise in gradients that
+    # are zero in exact arithmetic (the attention's key bias) into full-size steps.
+    opts = {
+        name: torch.optim.AdamW(m.parameters(), lr=1e-2, eps=1e-3, capturable=name != "cpu")
+        for name, m in models.items()
+    }
+    step = torch.compile(train_step, backend="tpu")
+    g = torch.Generator().manual_seed(1)
+    for i in range(4):
+        x, y = data(kind, g)
+        losses = {}
+        for name, m in models.items():
+            dev = "cpu" if name == "cpu" else "tpu"
+            fn = step if name == "compiled" else train_step
+            losses[name] = fn(m, opts[name], x.to(dev), y.to(dev)).item()
+        assert losses["compiled"] == pytest.approx(losses["cpu"], rel=1e-4, abs=1e-5), (i, losses)
+        assert losses["compiled"] == pytest.approx(losses["eager"], rel=1e-5, abs=1e-6), (i, losses)
+    for name in ("eager", "compiled"):
+        for p, q in zip(models[name].parameters(), cpu_model.parameters()):
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-3, atol=1e-4)
+
+
+def test_replay_runs_one_execution_per_graph_and_compiles_nothing():
+    torch.manual_seed(0)
+    model = mlp().to("tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    step = torch.compile(train_step, backend="tpu")
+    x, y = data("mlp", torch.Generator().manual_seed(0))
+    x, y = x.to("tpu"), y.to("tpu")
+    for _ in range(3):
+        step(model, opt, x, y).item()
+    before = torch_tpu.metrics()
+    step(model, opt, x, y).item()
+    after = torch_tpu.metrics()
+    assert after["compiles"] == before["compiles"]
+    # forward, backward and the optimizer step: a few programs, not one per op
+    assert after["executions"] - before["executions"] <= 4
+
+
+def test_inference_gradients_and_input_mutation():
+    def fn(a, b):
+        b.mul_(2)  # an input mutated in place
+        return (a @ b).relu().sum(0), a.t()
+
+    a = torch.randn(5, 3, requires_grad=True)
+    b = torch.randn(3, 4)
+    at = a.detach().to("tpu").requires_grad_()
+    bt = b.to("tpu")
+    cfn = torch.compile(fn, backend="tpu")
+    for _ in range(2):  # capture, then replay
+        expected, _ = fn(a, b)
+        got, got_view = cfn(at, bt)
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(bt.cpu(), b)
+        assert got_view.shape == (3, 5)
+        expected.sum().backward()
+        got.sum().backward()
+        torch.testing.assert_close(at.grad.cpu(), a.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_draws_like_eager():
+    def fn(x):
+        return F.dropout(x, 0.5, training=True) * 3
+
+    x = torch.ones(64, 64, device="tpu")
+    cfn = torch.compile(fn, backend="tpu")
+    for _ in range(2):
+        torch.manual_seed(7)
+        eager = fn(x).cpu()
+        torch.manual_seed(7)
+        compiled = cfn(x).cpu()
+        assert 0.3 < (compiled == 0).float().mean() < 0.7
+        torch.testing.assert_close(compiled, eager)
+    # Without reseeding, successive replays draw new numbers.
+    assert not torch.equal(cfn(x).cpu(), cfn(x).cpu())
+
+
+def test_new_shapes_recompile_and_match():
+    cfn = torch.compile(lambda x: (x * 2).softmax(-1), backend="tpu")
+    for n in (3, 5, 7):
+        x = torch.randn(n, 6)
+        torch.testing.assert_close(cfn(x.to("tpu")).cpu(), (x * 2).softmax(-1))
+
+
+def test_graph_that_falls_back_runs_op_by_op_with_a_warning():
+    def fn(x):
+        return torch._standard_gamma_grad(x, x + 1) + 1  # no lowering: runs on the CPU
+
+    x = torch.rand(8) + 2
+    cfn = torch.compile(fn, backend="tpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            torch.testing.assert_close(cfn(x.to("tpu")).cpu(), fn(x))
+    assert any("runs op by op" in str(w.message) for w in caught)
+
+
+def test_modes_and_dynamic():
+    x = torch.randn(4, device="tpu")
+    with pytest.warns(UserWarning, match="ignores mode='max-autotune'"):
+        torch.compile(torch.sin, backend="tpu", mode="max-autotune")(x)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="dynamic=True"):
+        torch.compile(torch.cos, backend="tpu", dynamic=True)(x)
+
+
+def test_default_backend_is_tpu_for_tpu_tensors_only():
+    inductor = torch._TorchCompileInductorWrapper.__call__
+    torch.manual_seed(0)
+    lin = nn.Linear(8, 4)
+    x = torch.randn(2, 8)
+    out = torch.compile(copy.deepcopy(lin).to("tpu"))(x.to("tpu"))
+    torch.testing.assert_close(out.cpu(), lin(x), rtol=1e-5, atol=1e-5)
+    before = torch_tpu.metrics()["executions"]
+    torch.testing.assert_close(torch.compile(lin)(x), lin(x))  # Inductor on the CPU
+    assert torch_tpu.metrics()["executions"] == before
+    assert torch._TorchCompileInductorWrapper.__call__ is inductor
+
+
+def test_explain_reports_graphs_and_breaks():
+    def fn(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return y.cos()
+
+    report = torch._dynamo.explain(fn)(torch.randn(3, device="tpu"))
+    assert report.graph_count == 2
+    assert report.graph_break_count == 1

@@ -1,0 +1,212 @@
+"""torch.compile's ``"tpu"`` backend.
+
+AOTAutograd traces forward and backward (decomposing only what the lowering table
+lacks) into functional ATen graphs. Each graph's first call with given input layouts
+is recorded by the DeferAndFuse recorder and compiled as one program (through the
+persistent compilation cache); later calls replay that program with no per-op work.
+A graph whose recording cannot be replayed (a host read, a CPU fallback) runs op by
+op in the current eager mode, with a warning naming the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+import torch
+
+from torch_tpu import _C
+
+_IGNORED_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_warned: set[str] = set()
+_TENSOR = object()  # where a tensor output goes in a graph's output template
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, stacklevel=3)
+
+
+class CompiledGraph:
+    """One AOTAutograd graph: its captured programs by input layout."""
+
+    def __init__(self, gm: torch.fx.GraphModule):
+        # In the instance's __dict__, so wrappers made with functools.wraps keep it.
+        self._boxed_call = True
+        self.gm = gm
+        self.captured: dict[tuple, list[tuple[Any, list]]] = {}
+        self.eager_reason: str | None = None
+
+    def __call__(self, *args) -> Any:
+        # Boxed (one list, which AOTAutograd may clear) or, through wrappers that
+        # hide `_boxed_call`, unboxed: graph inputs are tensors and numbers.
+        args = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)
+        if self.eager_reason is not None:
+            return self.gm(*args)
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        # Non-tensor inputs (sizes of a dynamic graph) shape the program.
+        statics = tuple(a for a in args if not isinstance(a, torch.Tensor))
+        for graph, template in self.captured.get(statics, ()):
+            outputs = _C._replay(graph, tensors)
+            if outputs is not None:
+                return _fill(template, outputs)
+        return self._capture(args, tensors, statics)
+
+    def _capture(self, args: list, tensors: list, statics: tuple) -> Any:
+        device = _device_of(tensors)
+        if device is None:
+            self.eager_reason = "it has no tpu tensor inputs"
+            return self.gm(*args)
+        _C._begin_capture(device)
+        try:
+            result = self.gm(*args)
+        except BaseException:
+            try:
+                _C._end_capture(device, [], [])
+            except _C.CaptureError:
+                pass
+            raise
+        flat = list(result) if isinstance(result, (tuple, list)) else [result]
+        outputs = [r for r in flat if isinstance(r, torch.Tensor)]
+        try:
+            graph = _C._end_capture(device, tensors, outputs)
+        except _C.CaptureError as e:
+            self.eager_reason = str(e)
+            _warn_once(
+                f"torch.compile(backend='tpu'): a graph runs op by op because {e}; "
+                "torch._dynamo.explain shows the graph and its breaks"
+            )
+            return result
+        template = [_TENSOR if isinstance(r, torch.Tensor) else r for r in flat]
+        self.captured.setdefault(statics, []).append((graph, (template, type(result))))
+        return result
+
+
+def _device_of(tensors: list) -> int | None:
+    for t in tensors:
+        if t.device.type == "tpu":
+            return t.device.index or 0
+    return None
+
+
+def _fill(template, outputs: list) -> Any:
+    values, kind = template
+    it = iter(outputs)
+    flat = [next(it) if v is _TENSOR else v for v in values]
+    return kind(flat) if kind in (tuple, list) else flat[0]
+
+
+def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> CompiledGraph:
+    return CompiledGraph(gm)
+
+
+@functools.cache
+def _decompositions() -> dict:
+    """Core ATen decompositions of the ops the lowering table does not have."""
+    from torch._decomp import core_aten_decompositions
+
+    lowered = set(_C._lowered_ops())
+
+    def has_rule(op) -> bool:
+        name = op.name()
+        return name in lowered or f"{name}.default" in lowered
+
+    return {op: fn for op, fn in core_aten_decompositions().items() if not has_rule(op)}
+
+
+def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
+    """The ``"tpu"`` Dynamo backend: ``torch.compile(model, backend="tpu")``."""
+    from torch._dynamo import config as dynamo_config
+    from torch._dynamo.backends.common import aot_autograd
+
+    mode = kwargs.pop("mode", None)
+    options = kwargs.pop("options", None) or {}
+    if kwargs:
+        raise TypeError(f"torch.compile(backend='tpu') got unexpected arguments {sorted(kwargs)}")
+    if mode in _IGNORED_MODES:
+        _warn_once(f"torch.compile(backend='tpu') ignores mode={mode!r}: it has no meaning here")
+    elif mode not in (None, "default"):
+        raise ValueError(f"torch.compile(backend='tpu'): unknown mode {mode!r}")
+    unknown = sorted(set(options))
+    if unknown:
+        raise ValueError(f"torch.compile(backend='tpu'): unknown options {unknown}")
+    if not dynamo_config.assume_static_by_default:
+        raise NotImplementedError(
+            "torch.compile(backend='tpu') does not support dynamic=True: leave dynamic unset "
+            "or False (each new shape compiles its own program)"
+        )
+    _register_device_interface()
+    return aot_autograd(
+        fw_compiler=_compile_graph,
+        bw_compiler=_compile_graph,
+        inference_compiler=_compile_graph,
+        decompositions=_decompositions(),
+        keep_inference_input_mutations=True,
+    )(gm, example_inputs)
+
+
+def _has_tpu_tensor(inputs) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in inputs)
+
+
+def install_default_backend() -> None:
+    """Plain ``torch.compile(model)`` on tpu tensors uses ``"tpu"``.
+
+    The default (Inductor) wrapper picks per graph: graphs with tpu tensor inputs
+    go to ``tpu_backend``, every other graph to Inductor unchanged, so importing
+    torch_tpu never changes compilation for other devices.
+    """
+    wrapper = torch._TorchCompileInductorWrapper
+    if getattr(wrapper, "_torch_tpu_routed", False):
+        return
+    inductor_call = wrapper.__call__
+
+    @functools.wraps(inductor_call)
+    def call(self, model_, inputs_):
+        if _has_tpu_tensor(inputs_):
+            return tpu_backend(model_, inputs_)
+        return inductor_call(self, model_, inputs_)
+
+    wrapper.__call__ = call
+    wrapper._torch_tpu_routed = True
+
+
+@functools.cache
+def _register_device_interface() -> None:
+    """Dynamo's interface for the "tpu" device is ours, not upstream's (which is
+    Google's TorchTPU): registered after upstream's lazy registration."""
+    from torch._dynamo import device_interface as di
+
+    class TpuInterface(di.DeviceInterface):
+        @staticmethod
+        def is_available() -> bool:
+            return torch.tpu.is_available()
+
+        @staticmethod
+        def device_count() -> int:
+            return torch.tpu.device_count()
+
+        @staticmethod
+        def current_device() -> int:
+            return torch.tpu.current_device()
+
+        @staticmethod
+        def set_device(device) -> None:
+            torch.tpu.set_device(device)
+
+        @staticmethod
+        def synchronize(device=None) -> None:
+            torch.tpu.synchronize(device)
+
+        @staticmethod
+        def is_bf16_supported(including_emulation: bool = False) -> bool:
+            return True
+
+        @staticmethod
+        def get_compute_capability(device=None) -> str:
+            return ""
+
+    di.get_registered_device_interfaces()  # runs upstream's registration first
+    di.register_interface_for_device("tpu", TpuInterface)
