@@ -21,6 +21,16 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.fixture
+def all_captured():
+    """Fails the test if a compiled graph had to run op by op."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    op_by_op = [str(w.message) for w in caught if "runs op by op" in str(w.message)]
+    assert not op_by_op, op_by_op
+
+
 class TinyTransformer(nn.Module):
     def __init__(self, vocab=64, width=32, heads=4, layers=2, seq=16):
         super().__init__()
@@ -60,7 +70,7 @@ def train_step(model, opt, x, y):
 
 
 @pytest.mark.parametrize("kind", list(MODELS))
-def test_compiled_training_matches_cpu_and_eager(kind, no_fallback):
+def test_compiled_training_matches_cpu_and_eager(kind, no_fallback, all_captured):
     torch.manual_seed(0)
     cpu_model = MODELS[kind]()
     models = {"cpu": cpu_model}
@@ -88,7 +98,7 @@ def test_compiled_training_matches_cpu_and_eager(kind, no_fallback):
             torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-3, atol=1e-4)
 
 
-def test_replay_runs_one_execution_per_graph_and_compiles_nothing():
+def test_replay_runs_one_execution_per_graph_and_compiles_nothing(all_captured):
     torch.manual_seed(0)
     model = mlp().to("tpu")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -194,3 +204,25 @@ def test_explain_reports_graphs_and_breaks():
     report = torch._dynamo.explain(fn)(torch.randn(3, device="tpu"))
     assert report.graph_count == 2
     assert report.graph_break_count == 1
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "vit"])
+def test_model_zoo_sample_compiled_matches_cpu(name, no_fallback, all_captured):
+    from torch_tpu.precision import precision
+    from torch_tpu.tools import model_zoo
+
+    arch = {n: (n, family, cls) for n, family, cls in model_zoo.architectures()}
+    model_type, family, class_name = arch[name]
+    with precision("HIGHEST"):
+        config = model_zoo.shrunk_config(model_type)
+        torch.manual_seed(0)
+        cpu_model = model_zoo._model_class(class_name)(config).eval()
+        cpu_model = model_zoo._randomize_zero_matrices(cpu_model)
+        inputs = model_zoo.make_inputs(family, cpu_model, config, torch.Generator().manual_seed(0))
+        tpu_model = copy.deepcopy(cpu_model).to("tpu")
+        cpu_out, cpu_loss, cpu_grads = model_zoo._step(cpu_model, inputs)
+        compiled = torch.compile(tpu_model, backend="tpu")
+        out, loss, grads = model_zoo._step(compiled, model_zoo._to(inputs, "tpu"))
+    assert model_zoo.relative_error(out, cpu_out) <= model_zoo.FORWARD_RTOL
+    assert model_zoo.relative_error(loss, cpu_loss) <= model_zoo.FORWARD_RTOL
+    assert model_zoo.relative_error(grads, cpu_grads) <= model_zoo.GRAD_RTOL
