@@ -129,7 +129,12 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
         _warn_once(f"torch.compile(backend='tpu') ignores mode={mode!r}: it has no meaning here")
     elif mode not in (None, "default"):
         raise ValueError(f"torch.compile(backend='tpu'): unknown mode {mode!r}")
-    unknown = sorted(set(options))
+    if options.get("bounded_dynamism"):
+        raise NotImplementedError(
+            "torch.compile(backend='tpu', options={'bounded_dynamism': True}) is not "
+            "implemented yet: each new shape compiles its own program"
+        )
+    unknown = sorted(set(options) - {"bounded_dynamism"})
     if unknown:
         raise ValueError(f"torch.compile(backend='tpu'): unknown options {unknown}")
     if not dynamo_config.assume_static_by_default:
