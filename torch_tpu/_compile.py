@@ -21,6 +21,9 @@ from torch_tpu import _C
 _IGNORED_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _warned: set[str] = set()
 _TENSOR = object()  # where a tensor output goes in a graph's output template
+# Programs kept per graph for inputs of other strides, offsets or aliasing
+# (sizes are Dynamo's guards: a new size is a new graph).
+_MAX_LAYOUTS = 8
 
 
 def _warn_once(message: str) -> None:
@@ -80,7 +83,10 @@ class CompiledGraph:
             )
             return result
         template = [_TENSOR if isinstance(r, torch.Tensor) else r for r in flat]
-        self.captured.setdefault(statics, []).append((graph, (template, type(result))))
+        layouts = self.captured.setdefault(statics, [])
+        layouts.append((graph, (template, type(result))))
+        if len(layouts) > _MAX_LAYOUTS:
+            layouts.pop(0)
         return result
 
 
