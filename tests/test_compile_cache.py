@@ -57,3 +57,42 @@ def test_disabled_cache_writes_nothing(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert not list(tmp_path.rglob("*.xla"))
+
+
+COMPILED_SCRIPT = """
+import torch, torch.nn as nn, torch.nn.functional as F, torch_tpu
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4)).to("tpu")
+opt = torch.optim.AdamW(model.parameters(), capturable=True)
+x, y = torch.randn(5, 8, device="tpu"), torch.randint(0, 4, (5,), device="tpu")
+
+@torch.compile(backend="tpu")
+def step():
+    opt.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+
+print("VALUE", [round(step().item(), 5) for _ in range(2)])
+m = torch_tpu.metrics()
+print("COUNTS", m["compiles"], m["persistent_cache_hits"])
+"""
+
+
+def test_second_process_of_a_compiled_step_compiles_nothing(tmp_path):
+    def run_compiled():
+        out = run_python(
+            COMPILED_SCRIPT,
+            TORCH_TPU_CACHE_DIR=str(tmp_path),
+            TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="compile_cache_"),
+        )
+        assert out.returncode == 0, out.stderr
+        lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+        return lines["VALUE"], *map(int, lines["COUNTS"].split())
+
+    value, compiles, loads = run_compiled()
+    assert compiles > 0 and loads == 0
+    again, compiles2, loads2 = run_compiled()
+    assert again == value
+    assert compiles2 == 0 and loads2 == compiles
