@@ -15,6 +15,13 @@ bool same_layout(const TensorView& a, const TensorView& b) {
 
 }  // namespace
 
+int first_sharing_storage(const std::vector<TensorView>& views, size_t k) {
+  for (size_t j = 0; j < k; ++j) {
+    if (views[j].slot == views[k].slot) return static_cast<int>(j);
+  }
+  return static_cast<int>(k);
+}
+
 std::optional<std::vector<runtime::BufferPtr>> CapturedGraph::replay(
     const std::vector<TensorView>& args, RandomState* generator) const {
   Backend& backend = Backend::get();
@@ -26,53 +33,34 @@ std::optional<std::vector<runtime::BufferPtr>> CapturedGraph::replay(
   }
   for (size_t k = 0; k < args.size(); ++k) {
     const StorageSlot& slot = *args[k].slot;
-    int alias = static_cast<int>(k);
-    for (size_t j = 0; j < k; ++j) {
-      if (args[j].slot == args[k].slot) {
-        alias = static_cast<int>(j);
-        break;
-      }
-    }
     if (!same_layout(args[k], inputs[k]) || slot.nbytes != input_nbytes[k] ||
-        static_cast<bool>(slot.buffer) != input_had_buffer[k] || alias != input_alias[k]) {
+        static_cast<bool>(slot.buffer) != input_had_buffer[k] ||
+        first_sharing_storage(args, k) != input_alias[k]) {
       return std::nullopt;
     }
   }
   std::vector<runtime::BufferPtr> fresh(new_storage_nbytes.size());
   if (!program) return fresh;
 
-  std::vector<runtime::BufferPtr> held;
-  std::vector<runtime::Buffer*> buffers;
-  std::vector<bool> donatable(params.size(), false);
-  for (size_t p = 0; p < params.size(); ++p) {
-    const ParamValue& v = params[p];
-    runtime::BufferPtr buffer;
+  std::vector<runtime::BufferPtr> buffers;
+  for (const ParamValue& v : params) {
     switch (v.kind) {
       case ParamValue::Kind::Input:
-        buffer = args[v.input].slot->buffer;
-        // Only the storage holds it: nobody else can observe the donation.
-        donatable[p] = buffer.use_count() == 2;
+        buffers.push_back(args[v.input].slot->buffer);
         break;
       case ParamValue::Kind::Constant:
-        buffer = v.constant;
+        buffers.push_back(v.constant);
         break;
       case ParamValue::Kind::Host:
-        buffer = backend.scalar_buffer(device, v.host.type, v.host.bytes);
+        buffers.push_back(backend.scalar_buffer(device, v.host.type, v.host.bytes));
         break;
-      case ParamValue::Kind::Random: {
-        uint64_t state[2] = {generator->seed, generator->offset + v.random_delta};
-        buffer = backend.client().buffer_from_host(state, ElementType::U64, {2}, device);
+      case ParamValue::Kind::Random:
+        buffers.push_back(
+            random_state_buffer(device, generator->seed, generator->offset + v.random_delta));
         break;
-      }
     }
-    buffers.push_back(buffer.get());
-    held.push_back(std::move(buffer));
   }
-  std::vector<int64_t> non_donatable;
-  for (int param : program->donor_param) {
-    if (param >= 0 && !donatable[param]) non_donatable.push_back(param);
-  }
-  runtime::Launch launch = backend.launch(*program->executable, device, buffers, non_donatable);
+  runtime::Launch launch = launch_with(*program, device, std::move(buffers));
   generator->offset += random_consumed;
   for (size_t i = 0; i < launch.outputs.size(); ++i) {
     if (output_input[i] >= 0) {

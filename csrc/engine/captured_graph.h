@@ -65,6 +65,9 @@ struct CapturedGraph {
                                                         RandomState* generator) const;
 };
 
+// The first of `views` whose storage is that of views[k] (k when none is).
+int first_sharing_storage(const std::vector<TensorView>& views, size_t k);
+
 // Starts recording `device`'s ops (pending work is materialised first).
 // `generator` is the device's default generator: the only one a captured
 // random op may draw from.

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <unordered_map>
 
@@ -378,12 +377,7 @@ std::string describe_capture(CapturedGraph& cg, const Graph& g, const Program* p
           int64_t offset = p.source == Param::Source::InputOffset
                                ? op->sig->inputs[p.index]->view.offset
                                : op->call->targets[p.index].offset;
-          int32_t offset32 = static_cast<int32_t>(offset);
-          v.host.type = p.type;
-          std::memcpy(v.host.bytes,
-                      p.type == ElementType::S32 ? static_cast<void*>(&offset32)
-                                                 : static_cast<void*>(&offset),
-                      element_size(p.type));
+          v.host = offset_scalar(offset, p.type);
           break;
         }
         case Param::Source::Scalar:
@@ -449,14 +443,7 @@ std::shared_ptr<CapturedGraph> end_capture(int device, const std::vector<TensorV
     cg->input_had_buffer.push_back(in.slot->pending
                                        ? static_cast<bool>(in.slot->pending->shadow.buffer)
                                        : static_cast<bool>(in.slot->buffer));
-    int alias = static_cast<int>(k);
-    for (size_t j = 0; j < k; ++j) {
-      if (inputs[j].slot == in.slot) {
-        alias = static_cast<int>(j);
-        break;
-      }
-    }
-    cg->input_alias.push_back(alias);
+    cg->input_alias.push_back(first_sharing_storage(inputs, k));
   }
   std::string problem = g.broken;
   bool for_device = std::all_of(inputs.begin(), inputs.end(),

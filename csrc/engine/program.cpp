@@ -360,21 +360,44 @@ const Program& cached_program(const std::string& key, const std::function<Progra
 
 // ---------------------------------------------------------------- launch
 
+HostScalar offset_scalar(int64_t offset, ElementType type) {
+  HostScalar s;
+  s.type = type;
+  int32_t offset32 = static_cast<int32_t>(offset);
+  std::memcpy(s.bytes,
+              type == ElementType::S32 ? static_cast<const void*>(&offset32)
+                                       : static_cast<const void*>(&offset),
+              element_size(type));
+  return s;
+}
+
+runtime::BufferPtr random_state_buffer(int device, uint64_t seed, uint64_t offset) {
+  uint64_t state[2] = {seed, offset};
+  return Backend::get().client().buffer_from_host(state, ElementType::U64, {2}, device);
+}
+
+runtime::Launch launch_with(const Program& program, int device,
+                            std::vector<runtime::BufferPtr> params) {
+  std::vector<runtime::Buffer*> inputs;
+  for (const runtime::BufferPtr& buffer : params) inputs.push_back(buffer.get());
+  // A donor's buffer held only here and by its storage: nobody else can
+  // observe the donation.
+  std::vector<int64_t> non_donatable;
+  for (int param : program.donor_param) {
+    if (param >= 0 && params[param].use_count() != 2) non_donatable.push_back(param);
+  }
+  return Backend::get().launch(*program.executable, device, inputs, non_donatable);
+}
+
 runtime::Launch launch_program(const Program& program, int device,
                                const std::vector<const StorageSlot*>& storages,
                                const std::vector<ProgramOp>& ops) {
   Backend& backend = Backend::get();
-  std::vector<runtime::BufferPtr> held;
-  std::vector<runtime::Buffer*> inputs;
-  std::vector<bool> donatable(program.params.size(), false);
-  for (size_t p = 0; p < program.params.size(); ++p) {
-    const Param& param = program.params[p];
-    runtime::BufferPtr buffer;
+  std::vector<runtime::BufferPtr> params;
+  for (const Param& param : program.params) {
     switch (param.source) {
       case Param::Source::Storage:
-        buffer = storages[param.index]->buffer;
-        // Only the storage holds it: nobody else can observe the donation.
-        donatable[p] = buffer.use_count() == 2;
+        params.push_back(storages[param.index]->buffer);
         break;
       case Param::Source::InputOffset:
       case Param::Source::TargetOffset: {
@@ -382,32 +405,22 @@ runtime::Launch launch_program(const Program& program, int device,
         int64_t offset = param.source == Param::Source::InputOffset
                              ? op.sig->inputs[param.index]->view.offset
                              : op.call->targets[param.index].offset;
-        int32_t offset32 = static_cast<int32_t>(offset);
-        buffer = backend.scalar_buffer(device, param.type,
-                                       param.type == ElementType::S32
-                                           ? static_cast<const void*>(&offset32)
-                                           : static_cast<const void*>(&offset));
+        HostScalar s = offset_scalar(offset, param.type);
+        params.push_back(backend.scalar_buffer(device, s.type, s.bytes));
         break;
       }
       case Param::Source::Scalar:
-        buffer = backend.scalar_buffer(device, param.type,
-                                       ops[param.op].sig->inputs[param.index]->scalar.bytes);
+        params.push_back(backend.scalar_buffer(
+            device, param.type, ops[param.op].sig->inputs[param.index]->scalar.bytes));
         break;
       case Param::Source::Random: {
         const RandomState& r = ops[param.op].random;
-        uint64_t state[2] = {r.seed, r.offset};
-        buffer = backend.client().buffer_from_host(state, ElementType::U64, {2}, device);
+        params.push_back(random_state_buffer(device, r.seed, r.offset));
         break;
       }
     }
-    inputs.push_back(buffer.get());
-    held.push_back(std::move(buffer));
   }
-  std::vector<int64_t> non_donatable;
-  for (int param : program.donor_param) {
-    if (param >= 0 && !donatable[param]) non_donatable.push_back(param);
-  }
-  return backend.launch(*program.executable, device, inputs, non_donatable);
+  return launch_with(program, device, std::move(params));
 }
 
 // ---------------------------------------------------------------- HostScalar

@@ -86,6 +86,16 @@ class ProgramBuilder {
 // Compiled programs by key, least recently used first out.
 const Program& cached_program(const std::string& key, const std::function<Program()>& build);
 
+// Launches `program` asynchronously on `params` (one buffer per parameter).
+// A donor parameter's buffer is donated only when `params` and its storage
+// are its only holders.
+runtime::Launch launch_with(const Program& program, int device,
+                            std::vector<runtime::BufferPtr> params);
+// A view offset as a parameter of `type` (s32 or s64) takes it.
+HostScalar offset_scalar(int64_t offset, ElementType type);
+// The generator state a random op's parameter takes.
+runtime::BufferPtr random_state_buffer(int device, uint64_t seed, uint64_t offset);
+
 // Launches `program` asynchronously with the runtime values of `ops` and the
 // buffers of `storages`.
 runtime::Launch launch_program(const Program& program, int device,
