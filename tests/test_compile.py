@@ -239,3 +239,20 @@ def test_compiled_graph_inside_defer_and_fuse_mode(all_captured):
             xt = x.to("tpu") * (i + 1)  # recorded, not yet run
             got = cfn(xt, w.to("tpu")) + 1
             torch.testing.assert_close(got.cpu(), fn(x * (i + 1), w) + 1, rtol=1e-5, atol=1e-5)
+
+
+def test_graph_with_a_cpu_tensor_runs_op_by_op_and_ends_the_capture():
+    def fn(x, scale):
+        return x * scale
+
+    cfn = torch.compile(fn, backend="tpu")
+    x = torch.randn(4)
+    with torch_tpu.eager_mode("strict"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for s in (2.0, 3.0):  # a captured program would bake in the first value
+            got = cfn(x.to("tpu"), torch.tensor(s))
+            torch.testing.assert_close(got.cpu(), x * s)
+        before = torch_tpu.metrics()["deferred_ops"]
+        (x.to("tpu") + 1).cpu()
+        assert torch_tpu.metrics()["deferred_ops"] == before  # strict again, not recording
+    assert any("takes a tensor on cpu" in str(w.message) for w in caught)

@@ -19,6 +19,21 @@ std::vector<engine::TensorView> views_of(const std::vector<at::Tensor>& tensors)
   return views;
 }
 
+// A tensor of the graph that is not on tpu (a CPU scalar would be baked into
+// the program), or an empty string.
+std::string off_device(const std::vector<at::Tensor>& inputs,
+                       const std::vector<at::Tensor>& outputs) {
+  for (const auto* list : {&inputs, &outputs}) {
+    for (const at::Tensor& t : *list) {
+      if (!is_tpu(t)) {
+        return std::string(list == &inputs ? "it takes" : "it returns") + " a tensor on " +
+               t.device().str();
+      }
+    }
+  }
+  return "";
+}
+
 engine::RandomState* generator_state(c10::DeviceIndex device) {
   return at::check_generator<TpuGenerator>(default_generator(device))->state();
 }
@@ -34,7 +49,14 @@ void begin_capture(c10::DeviceIndex device) {
 std::shared_ptr<engine::CapturedGraph> end_capture(c10::DeviceIndex device,
                                                    const std::vector<at::Tensor>& inputs,
                                                    const std::vector<at::Tensor>& outputs) {
-  return engine::end_capture(device, views_of(inputs), views_of(outputs));
+  std::string problem = off_device(inputs, outputs);
+  if (problem.empty()) return engine::end_capture(device, views_of(inputs), views_of(outputs));
+  // End the recording all the same: the call's work runs, nothing is kept.
+  try {
+    engine::end_capture(device, {}, {});
+  } catch (const engine::CaptureError&) {
+  }
+  throw engine::CaptureError(problem);
 }
 
 std::optional<std::vector<at::Tensor>> replay(const engine::CapturedGraph& graph,
