@@ -93,7 +93,7 @@ Backend::Backend() {
   options.gpu_no_preallocate = true;
   client_ = std::make_unique<runtime::Client>(plugin, c.platform, options);
   for (int i = 0; i < client_->device_count(); ++i) {
-    locks_.push_back(std::make_unique<runtime::DeviceLock>(c.platform, i));
+    locks_.push_back(std::make_unique<runtime::DeviceLock>(c.platform, i, client_->device_count()));
   }
   pending_.resize(client_->device_count());
 

@@ -34,10 +34,22 @@ std::string command_line(pid_t pid) {
 
 }  // namespace
 
-DeviceLock::DeviceLock(const std::string& platform, int device) {
+int DeviceLock::host_device(const std::string& platform, int device, int devices) {
+  const char* raw = std::getenv("LOCAL_RANK");
+  if (platform != "cpu" || raw == nullptr || *raw == '\0') return device;
+  char* end = nullptr;
+  long rank = std::strtol(raw, &end, 10);
+  if (*end != '\0' || rank < 0 || rank > 1 << 20) {
+    throw Error(std::string("LOCAL_RANK=") + raw + " is not a non-negative integer", 3);
+  }
+  return static_cast<int>(rank) * devices + device;
+}
+
+DeviceLock::DeviceLock(const std::string& platform, int device, int devices) {
   std::string dir = lock_dir();
   ::mkdir(dir.c_str(), 0777);  // may exist already; open() reports real problems
-  path_ = dir + "/torch_tpu-" + platform + "-" + std::to_string(device) + ".lock";
+  int host = host_device(platform, device, devices);
+  path_ = dir + "/torch_tpu-" + platform + "-" + std::to_string(host) + ".lock";
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd_ < 0) {
     throw Error("cannot open device lock file " + path_ + ": " + std::strerror(errno), 7);
@@ -49,7 +61,10 @@ DeviceLock::DeviceLock(const std::string& platform, int device) {
     ::close(fd_);
     fd_ = -1;
     std::ostringstream msg;
-    msg << "tpu device " << device << " (" << platform << " platform) is in use";
+    msg << "tpu device " << device << " (" << platform << " platform";
+    if (host != device)
+      msg << ", host device " << host << " of LOCAL_RANK " << std::getenv("LOCAL_RANK");
+    msg << ") is in use";
     pid_t pid = std::atoi(holder.c_str());
     if (pid > 0) {
       msg << " by process " << pid;

@@ -61,12 +61,12 @@ TEST(runtime_execute_on_second_device_with_donation) {
 
 TEST(runtime_device_lock_names_holder) {
   setenv("TORCH_TPU_LOCK_DIR", "/tmp", 1);
-  runtime::DeviceLock lock("cpptest", 3);
+  runtime::DeviceLock lock("cpptest", 3, 4);
   pid_t child = fork();
   if (child == 0) {
     // A second process must be refused with a message naming the holder.
     try {
-      runtime::DeviceLock again("cpptest", 3);
+      runtime::DeviceLock again("cpptest", 3, 4);
       _exit(1);
     } catch (const runtime::Error& e) {
       std::string msg = e.what();
@@ -77,4 +77,23 @@ TEST(runtime_device_lock_names_holder) {
   int status = 0;
   waitpid(child, &status, 0);
   CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(runtime_device_lock_is_per_host_device_under_a_launcher) {
+  // torchrun gives each process its device as tpu:0; on the CPU platform
+  // local rank r's devices are r*devices + i, so ranks do not collide.
+  unsetenv("LOCAL_RANK");
+  CHECK_EQ(runtime::DeviceLock::host_device("cpu", 1, 2), 1);
+  setenv("LOCAL_RANK", "3", 1);
+  CHECK_EQ(runtime::DeviceLock::host_device("cpu", 1, 2), 7);
+  CHECK_EQ(runtime::DeviceLock::host_device("tpu", 1, 2), 1);
+  setenv("LOCAL_RANK", "x", 1);
+  bool refused = false;
+  try {
+    runtime::DeviceLock::host_device("cpu", 0, 1);
+  } catch (const runtime::Error& e) {
+    refused = std::string(e.what()).find("LOCAL_RANK=x") != std::string::npos;
+  }
+  CHECK(refused);
+  unsetenv("LOCAL_RANK");
 }
