@@ -71,6 +71,22 @@ def test_default_is_one_bfloat16_pass(matrices):
     )
 
 
+def test_default_rounds_operands_exactly_like_bfloat16():
+    """Each product of a 1x1 identity is the rounded operand itself: ties to even, values
+    that round up to infinity, infinities and NaNs, against PyTorch's own float->bf16."""
+    g = torch.Generator().manual_seed(0)
+    edges = torch.tensor(
+        [1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-9, 1 + 3 * 2**-9, 3.3961776e38, 3.4028235e38]
+        + [float("inf"), -float("inf"), float("nan"), 1.1754944e-38, 0.0, -0.0, -(1 + 2**-8)]
+    )
+    spread = torch.randn(20000, generator=g) * torch.exp(torch.randn(20000, generator=g) * 20)
+    nan_payloads = torch.tensor([0x7FFFFFFF, -1, 0x7F80FFFF], dtype=torch.int32).view(torch.float32)
+    x = torch.cat([edges, nan_payloads, spread[spread.abs() > 1.2e-38]]).reshape(-1, 1)
+    expected = x.bfloat16().float()
+    ours = tpu_mm(x, torch.ones(1, 1), P.DEFAULT)
+    torch.testing.assert_close(ours, expected, rtol=0, atol=0, equal_nan=True)
+
+
 def test_high_is_bf16x3(matrices):
     a, b, exact = matrices
     ours = tpu_mm(a, b, P.HIGH)
