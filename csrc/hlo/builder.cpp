@@ -467,7 +467,14 @@ Value Builder::transpose(const Value& x, const Dims& permutation) {
       std::rotate(order.begin() + i, order.begin() + j, order.begin() + j + 1);
     }
   }
-  return y.dims() == dims ? y : reshape(y, dims);
+  y = y.dims() == dims ? y : reshape(y, dims);
+  transposed_[y.id] = {x, permutation};
+  return y;
+}
+
+const Builder::Transposed* Builder::transposed(const Value& x) const {
+  auto it = transposed_.find(x.id);
+  return it == transposed_.end() || x.result >= 0 ? nullptr : &it->second;
 }
 
 Value Builder::emit_transpose(const Value& x, const Dims& permutation) {

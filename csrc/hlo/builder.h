@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/element_type.h"
@@ -158,6 +159,15 @@ class Builder {
   Value reshape(const Value& x, const Dims& dims);
   Value broadcast_in_dim(const Value& x, const Dims& dims, const Dims& broadcast_dimensions);
   Value transpose(const Value& x, const Dims& permutation);
+  // The operand and permutation `x` was made from by transpose(), or null.
+  // Elementwise work commutes with a transpose: done on the operand instead,
+  // XLA shares it with the operand's other uses (a weight read as W in one
+  // op and as W^T in another) and folds the transpose into a dot.
+  struct Transposed {
+    Value operand;
+    Dims permutation;
+  };
+  const Transposed* transposed(const Value& x) const;
   Value slice(const Value& x, const Dims& start, const Dims& limit, const Dims& strides);
   Value dynamic_slice(const Value& x, const std::vector<Value>& starts, const Dims& sizes);
   Value dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& starts);
@@ -210,6 +220,7 @@ class Builder {
 
   std::vector<Shape> params_;
   std::vector<std::pair<int, int>> aliases_;
+  std::unordered_map<int, Transposed> transposed_;  // by result id
   std::string body_;
   std::string* out_ = &body_;
   int indent_ = 4;

@@ -21,6 +21,9 @@ using Product = std::function<Value(const Value&, const Value&, Precision, Eleme
 // form vectorises on every platform. NaNs stay NaNs (the carry would turn
 // some into infinities or zeros).
 Value round_to_bf16(Builder& b, const Value& x) {
+  if (const Builder::Transposed* t = b.transposed(x)) {
+    return b.transpose(round_to_bf16(b, t->operand), t->permutation);
+  }
   Shape bits_shape{ElementType::U32, x.shape.dims};
   auto u32 = [&](double v) { return b.full(bits_shape, v); };
   Value bits = b.bitcast_convert(x, ElementType::U32);
