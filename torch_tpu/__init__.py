@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 
 def _autoload() -> None:
@@ -44,6 +45,13 @@ def _register() -> None:
     from . import device_module
 
     torch._register_device_module("tpu", device_module)
+    # torch.tpu.distributed (and, through its __path__, `python -m
+    # torch.tpu.distributed.environment`), as in TorchTPU. torch.distributed is
+    # already imported by `import torch`, so this registers tpu_dist for free.
+    from . import distributed
+
+    device_module.distributed = distributed
+    sys.modules["torch.tpu.distributed"] = distributed
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -12,8 +13,13 @@ from . import _C
 from .precision import Precision, get_precision, precision, set_precision
 
 __all__ = [
+    "Event",
     "Precision",
+    "Stream",
+    "StreamContext",
     "current_device",
+    "current_stream",
+    "default_stream",
     "device",
     "device_count",
     "empty_cache",
@@ -43,6 +49,8 @@ __all__ = [
     "set_precision",
     "set_rng_state",
     "set_rng_state_all",
+    "set_stream",
+    "stream",
     "synchronize",
 ]
 
@@ -109,6 +117,65 @@ class device:
 def synchronize(device: Any = None) -> None:
     """Waits for all work launched on ``device``; raises failures of asynchronous execution."""
     _C._synchronize(_index(device))
+
+
+# ---------------------------------------------------------------- streams
+#
+# A tpu device runs its work in launch order (one queue; collectives are ordered
+# with it by the tpu_dist backend), so every stream is the device's default
+# stream and waiting on a stream or an event has nothing left to order. These
+# stand-ins let code written for torch.cuda streams (FSDP2 overlaps its
+# collectives with them) run unchanged.
+
+
+_PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1 (a fixed value of the enum)
+
+
+class Stream(torch.Stream):
+    """``torch.cuda.Stream``'s stand-in: the device's one in-order queue."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any):
+        return super().__new__(
+            cls, stream_id=0, device_index=_index(device), device_type=_PRIVATEUSE1
+        )
+
+    def wait_stream(self, stream: torch.Stream) -> None:
+        pass  # the same queue
+
+
+class Event(torch.Event):
+    """``torch.cuda.Event``'s stand-in (recorded and waited for in queue order)."""
+
+    def __new__(
+        cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
+    ):
+        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking)
+
+
+def current_stream(device: Any = None) -> Stream:
+    return Stream(device)
+
+
+def default_stream(device: Any = None) -> Stream:
+    return Stream(device)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    """Nothing to switch: every stream is the default one."""
+
+
+class StreamContext(contextlib.AbstractContextManager):
+    """``with torch.tpu.stream(s):`` runs the block on ``s``, i.e. in queue order."""
+
+    def __init__(self, stream: torch.Stream | None):
+        self.stream = stream
+
+    def __exit__(self, *exc: Any) -> bool:
+        return False
+
+
+def stream(stream: torch.Stream | None) -> StreamContext:
+    return StreamContext(stream)
 
 
 # ---------------------------------------------------------------- properties

@@ -1,4 +1,5 @@
 // torch_tpu._C: the Python face of the C++ layers.
+#include <pybind11/chrono.h>
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
@@ -9,6 +10,7 @@
 #include "aten/generator.h"
 #include "aten/lowered_ops.h"
 #include "aten/tensor_bridge.h"
+#include "distributed/process_group_tpu.h"
 #include "engine/backend.h"
 #include "engine/deferred.h"
 #include "engine/executor.h"
@@ -164,4 +166,8 @@ PYBIND11_MODULE(_C, m) {
     return aten::end_capture(device, inputs, outputs);
   });
   m.def("_replay", &aten::replay);
+
+  // torch_tpu/distributed: the tpu_dist c10d backend over a host (Gloo) backend.
+  m.def("_tpu_dist_backend", &distributed::create_backend, py::arg("host"), py::arg("rank"),
+        py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>());
 }

@@ -1,0 +1,553 @@
+#include "distributed/process_group_tpu.h"
+
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "aten/tensor_bridge.h"
+#include "engine/deferred.h"
+
+namespace torch_tpu::distributed {
+
+namespace {
+
+using c10d::ReduceOp;
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+
+// The element types Gloo carries (complex ones travel as real pairs).
+bool carried_dtype(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kHalf:
+    case at::kBFloat16:
+    case at::kComplexFloat:
+    case at::kComplexDouble:
+    case at::kChar:
+    case at::kByte:
+    case at::kBool:
+    case at::kInt:
+    case at::kLong:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string dtype_name(at::ScalarType type) {
+  return "torch." + std::string(c10::getDtypeNames(type).first);
+}
+
+void check_tensor(const std::string& op, const at::Tensor& t,
+                  std::optional<c10::DeviceType>& kind) {
+  TORCH_CHECK_VALUE(t.defined(), "tpu_dist ", op, ": undefined tensor");
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided, "tpu_dist ", op,
+                    ": only dense (strided) tensors are supported, got ", t.layout());
+  c10::DeviceType type = t.device().type();
+  TORCH_CHECK_VALUE(type == aten::kTpu || type == at::kCPU, "tpu_dist ", op,
+                    ": tensors must be on tpu (or cpu), got one on ", t.device());
+  TORCH_CHECK_VALUE(!kind || *kind == type, "tpu_dist ", op,
+                    ": all tensors must be on the same device type, got tpu and cpu tensors");
+  kind = type;
+  TORCH_CHECK_TYPE(carried_dtype(t.scalar_type()), "tpu_dist ", op, ": ",
+                   dtype_name(t.scalar_type()),
+                   " tensors are not supported (the host transport carries float32, float64, "
+                   "float16, bfloat16, complex64, complex128, int8, uint8, int32, int64, bool)");
+}
+
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> all;
+  for (const auto& list : lists) all.insert(all.end(), list.begin(), list.end());
+  return all;
+}
+
+std::vector<at::Tensor> concat(std::vector<at::Tensor> a, const std::vector<at::Tensor>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
+
+std::vector<at::Tensor> stage_inputs(Staging& staging, const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> host;
+  for (const auto& t : tensors) host.push_back(staging.input(t));
+  return host;
+}
+
+std::vector<at::Tensor> stage_outputs(Staging& staging, const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> host;
+  for (const auto& t : tensors) host.push_back(staging.output(t));
+  return host;
+}
+
+std::vector<std::vector<at::Tensor>> stage_outputs(
+    Staging& staging, const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<std::vector<at::Tensor>> host;
+  for (const auto& list : lists) host.push_back(stage_outputs(staging, list));
+  return host;
+}
+
+// all_to_all_single's split sizes (rows of dim 0 to each rank; none: equal
+// parts); Gloo would only find a mismatch on its worker thread.
+void check_splits(const std::string& op, const char* what, const at::Tensor& t,
+                  const std::vector<int64_t>& splits, int size) {
+  int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+  if (splits.empty()) {
+    TORCH_CHECK_VALUE(rows % size == 0, "tpu_dist ", op, ": the ", what, " has ", rows,
+                      " rows, not divisible by the group size ", size);
+    return;
+  }
+  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == size, "tpu_dist ", op, ": ", splits.size(),
+                    " ", what, " split sizes for a group of ", size);
+  int64_t total = 0;
+  for (int64_t n : splits) {
+    TORCH_CHECK_VALUE(n >= 0, "tpu_dist ", op, ": negative ", what, " split size ", n);
+    total += n;
+  }
+  TORCH_CHECK_VALUE(total == rows, "tpu_dist ", op, ": the ", what, " split sizes add up to ",
+                    total, " but the ", what, " has ", rows, " rows");
+}
+
+// How the host backend runs a reduction. Gloo has neither AVG nor
+// PREMUL_SUM: AVG is a SUM whose result is divided by the group size (in
+// the dtype, truncating integers as NCCL does), PREMUL_SUM a SUM of inputs
+// scaled first (FSDP2 uses both).
+class HostReduction {
+ public:
+  HostReduction(const std::string& op, const ReduceOp& reduce, const std::vector<at::Tensor>& ts)
+      : host_op_(reduce.op_) {
+    bool any_complex =
+        std::any_of(ts.begin(), ts.end(), [](const at::Tensor& t) { return t.is_complex(); });
+    if (reduce.op_ == ReduceOp::AVG) {
+      average_ = true;
+      host_op_ = ReduceOp::SUM;
+      for (const auto& t : ts) {
+        TORCH_CHECK_TYPE(t.scalar_type() != at::kBool, "tpu_dist ", op,
+                         ": ReduceOp.AVG is not defined for torch.bool tensors");
+      }
+    } else if (reduce.op_ == ReduceOp::PREMUL_SUM) {
+      auto* factor = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(reduce.supplement_.get());
+      TORCH_CHECK_VALUE(factor != nullptr, "tpu_dist ", op, ": PREMUL_SUM without a factor");
+      if (factor->tensor_factor.defined()) {
+        tensor_factor_ = factor->tensor_factor.to(at::kCPU);
+      } else {
+        double_factor_ = factor->double_factor;
+      }
+      premultiply_ = true;
+      host_op_ = ReduceOp::SUM;
+    }
+    TORCH_CHECK_TYPE(!any_complex || host_op_ == ReduceOp::SUM, "tpu_dist ", op,
+                     ": complex tensors support only ReduceOp.SUM, AVG and PREMUL_SUM");
+  }
+
+  ReduceOp host_op() const { return ReduceOp(host_op_); }
+
+  // The host inputs of the reduction: for PREMUL_SUM, private copies scaled.
+  std::vector<at::Tensor> stage_inputs(Staging& staging,
+                                       const std::vector<at::Tensor>& tensors) const {
+    std::vector<at::Tensor> host;
+    for (const auto& t : tensors) host.push_back(scale(staging.input(t, premultiply_)));
+    return host;
+  }
+  // The host tensors of an in-place reduction (results go back into them).
+  std::vector<at::Tensor> stage_inouts(Staging& staging,
+                                       const std::vector<at::Tensor>& tensors) const {
+    std::vector<at::Tensor> host;
+    for (const auto& t : tensors) host.push_back(scale(staging.inout(t)));
+    return host;
+  }
+
+  // Makes `staging` divide the results for AVG.
+  void finish_with(Staging& staging, int size) const {
+    if (!average_) return;
+    staging.transform_results([size](at::Tensor& result) {
+      if (at::isIntegralType(result.scalar_type(), /*includeBool=*/false)) {
+        result.div_(size, "trunc");
+      } else {
+        result.div_(size);
+      }
+    });
+  }
+
+ private:
+  at::Tensor scale(at::Tensor host) const {
+    if (premultiply_) {
+      if (tensor_factor_.defined()) {
+        host.mul_(tensor_factor_);
+      } else {
+        host.mul_(double_factor_);
+      }
+    }
+    return host;
+  }
+
+  ReduceOp::RedOpType host_op_;
+  bool average_ = false;
+  bool premultiply_ = false;
+  double double_factor_ = 1.0;
+  at::Tensor tensor_factor_;
+};
+
+// Runs `start` (the host backend's call), naming `op` in what it raises. The
+// synchronous part of a host collective only checks its arguments, so its
+// plain errors are bad input (ValueError); communication errors stay
+// DistBackendErrors.
+WorkPtr start_host(const std::string& op, const std::function<WorkPtr()>& start) {
+  try {
+    return start();
+  } catch (const c10::DistError&) {
+    std::rethrow_exception(collective_error(op, std::current_exception()));
+  } catch (const c10::TypeError& e) {
+    TORCH_CHECK_TYPE(false, "tpu_dist ", op, ": ", e.what_without_backtrace());
+  } catch (const c10::Error& e) {
+    TORCH_CHECK_VALUE(false, "tpu_dist ", op, ": ", e.what_without_backtrace());
+  }
+}
+
+}  // namespace
+
+ProcessGroupTPU::ProcessGroupTPU(c10::intrusive_ptr<c10d::Backend> host, int rank, int size,
+                                 std::chrono::milliseconds timeout)
+    : c10d::Backend(rank, size),
+      host_(std::move(host)),
+      timeout_(timeout),
+      completions_(std::make_unique<CompletionThread>()) {
+  init();
+}
+
+ProcessGroupTPU::~ProcessGroupTPU() { completions_.reset(); }
+
+c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupTPU::getBackendOptions() {
+  return c10::make_intrusive<Options>("tpu_dist", timeout_);
+}
+
+void ProcessGroupTPU::setTimeout(std::chrono::milliseconds timeout) {
+  timeout_ = timeout;
+  host_->setTimeout(timeout);
+}
+
+void ProcessGroupTPU::prepare(const std::string& op, const std::vector<at::Tensor>& tensors) {
+  std::optional<c10::DeviceType> kind;
+  for (const auto& t : tensors) check_tensor(op, t, kind);
+
+  // Results of an earlier collective still on their way into a storage these
+  // tensors read or write must land first (NCCL orders them on its stream).
+  std::vector<const void*> storages;
+  for (const auto& t : tensors) storages.push_back(storage_of(t));
+  auto first_kept = std::remove_if(in_flight_.begin(), in_flight_.end(), [&](auto& entry) {
+    if (entry.first->isCompleted()) return true;
+    for (const void* s : entry.second) {
+      if (std::find(storages.begin(), storages.end(), s) == storages.end()) continue;
+      try {
+        entry.first->wait();
+      } catch (...) {
+        // That collective's failure is raised by its own wait().
+      }
+      return true;
+    }
+    return false;
+  });
+  in_flight_.erase(first_kept, in_flight_.end());
+
+  // DeferAndFuse: pending work is materialised at the collective, on this
+  // thread, so graphs are cut at the same points in every run and the
+  // completion thread's writes replace buffers instead of joining a graph.
+  for (const auto& t : tensors) {
+    if (aten::is_tpu(t)) engine::materialize(*aten::slot_of(t), engine::FlushReason::HostRead);
+  }
+}
+
+WorkPtr ProcessGroupTPU::launch(const std::string& op, c10d::OpType type, Staging staging,
+                                const std::function<WorkPtr()>& start) {
+  WorkPtr host_work = start_host(op, start);
+  auto work = c10::make_intrusive<StagedWork>(rank_, type, op, staging.outputs());
+  track(work, staging.outputs());
+  completions_->push(std::move(host_work), std::move(staging), work);
+  return work;
+}
+
+WorkPtr ProcessGroupTPU::launch_p2p(const std::string& op, c10d::OpType type, Staging staging,
+                                    const std::function<WorkPtr()>& start) {
+  WorkPtr host_work = start_host(op, start);
+  auto outputs = staging.outputs();
+  auto work =
+      c10::make_intrusive<P2PWork>(rank_, type, op, std::move(host_work), std::move(staging));
+  track(work, outputs);
+  return work;
+}
+
+void ProcessGroupTPU::track(const WorkPtr& work, const std::vector<at::Tensor>& outputs) {
+  if (outputs.empty()) return;
+  std::vector<const void*> storages;
+  for (const auto& t : outputs) storages.push_back(storage_of(t));
+  in_flight_.emplace_back(work, std::move(storages));
+}
+
+// ---------------------------------------------------------------- collectives
+
+WorkPtr ProcessGroupTPU::broadcast(std::vector<at::Tensor>& tensors,
+                                   const c10d::BroadcastOptions& opts) {
+  const std::string op = "broadcast";
+  prepare(op, tensors);
+  Staging staging;
+  std::vector<at::Tensor> host;
+  for (const auto& t : tensors) {
+    host.push_back(rank_ == opts.rootRank ? staging.input(t) : staging.output(t));
+  }
+  return launch(op, c10d::OpType::BROADCAST, std::move(staging),
+                [&] { return host_->broadcast(host, opts); });
+}
+
+WorkPtr ProcessGroupTPU::allreduce(std::vector<at::Tensor>& tensors,
+                                   const c10d::AllreduceOptions& opts) {
+  const std::string op = "all_reduce";
+  prepare(op, tensors);
+  HostReduction reduction(op, opts.reduceOp, tensors);
+  Staging staging;
+  auto host = reduction.stage_inouts(staging, tensors);
+  reduction.finish_with(staging, size_);
+  c10d::AllreduceOptions host_opts = opts;
+  host_opts.reduceOp = reduction.host_op();
+  return launch(op, c10d::OpType::ALLREDUCE, std::move(staging),
+                [&] { return host_->allreduce(host, host_opts); });
+}
+
+WorkPtr ProcessGroupTPU::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                             const c10d::AllreduceCoalescedOptions& opts) {
+  const std::string op = "all_reduce_coalesced";
+  prepare(op, tensors);
+  HostReduction reduction(op, opts.reduceOp, tensors);
+  Staging staging;
+  auto host = reduction.stage_inouts(staging, tensors);
+  reduction.finish_with(staging, size_);
+  c10d::AllreduceCoalescedOptions host_opts = opts;
+  host_opts.reduceOp = reduction.host_op();
+  return launch(op, c10d::OpType::ALLREDUCE_COALESCED, std::move(staging),
+                [&] { return host_->allreduce_coalesced(host, host_opts); });
+}
+
+WorkPtr ProcessGroupTPU::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  const std::string op = "reduce";
+  prepare(op, tensors);
+  HostReduction reduction(op, opts.reduceOp, tensors);
+  Staging staging;
+  // Only the root gets the result; the others' buffers are Gloo's scratch.
+  auto host = rank_ == opts.rootRank ? reduction.stage_inouts(staging, tensors)
+                                     : reduction.stage_inputs(staging, tensors);
+  reduction.finish_with(staging, size_);
+  c10d::ReduceOptions host_opts = opts;
+  host_opts.reduceOp = reduction.host_op();
+  return launch(op, c10d::OpType::REDUCE, std::move(staging),
+                [&] { return host_->reduce(host, host_opts); });
+}
+
+WorkPtr ProcessGroupTPU::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                   std::vector<at::Tensor>& inputs,
+                                   const c10d::AllgatherOptions& opts) {
+  const std::string op = "all_gather";
+  prepare(op, concat(flatten(outputs), inputs));
+  Staging staging;
+  auto host_in = stage_inputs(staging, inputs);
+  auto host_out = stage_outputs(staging, outputs);
+  return launch(op, c10d::OpType::ALLGATHER, std::move(staging),
+                [&] { return host_->allgather(host_out, host_in, opts); });
+}
+
+WorkPtr ProcessGroupTPU::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                         const c10d::AllgatherOptions& opts) {
+  const std::string op = "all_gather_into_tensor";
+  prepare(op, {output, input});
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * size_, "tpu_dist ", op, ": the output has ",
+                    output.numel(), " elements, expected ", input.numel(), " (the input's) x ",
+                    size_, " (the group size)");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "tpu_dist ", op,
+                   ": output and input dtypes differ (", dtype_name(output.scalar_type()), " and ",
+                   dtype_name(input.scalar_type()), ")");
+  Staging staging;
+  at::Tensor host_in = staging.input(input);
+  at::Tensor host_out = staging.output(output);
+  return launch(op, c10d::OpType::_ALLGATHER_BASE, std::move(staging),
+                [&] { return host_->_allgather_base(host_out, host_in, opts); });
+}
+
+WorkPtr ProcessGroupTPU::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                             std::vector<at::Tensor>& inputs,
+                                             const c10d::AllgatherOptions& opts) {
+  const std::string op = "all_gather_coalesced";
+  prepare(op, concat(flatten(outputs), inputs));
+  Staging staging;
+  auto host_in = stage_inputs(staging, inputs);
+  auto host_out = stage_outputs(staging, outputs);
+  return launch(op, c10d::OpType::ALLGATHER_COALESCED, std::move(staging),
+                [&] { return host_->allgather_coalesced(host_out, host_in, opts); });
+}
+
+WorkPtr ProcessGroupTPU::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::AllgatherOptions& opts) {
+  const std::string op = "all_gather_into_tensor_coalesced";
+  prepare(op, concat(outputs, inputs));
+  Staging staging;
+  auto host_in = stage_inputs(staging, inputs);
+  auto host_out = stage_outputs(staging, outputs);
+  return launch(op, c10d::OpType::COALESCED, std::move(staging),
+                [&] { return host_->allgather_into_tensor_coalesced(host_out, host_in, opts); });
+}
+
+WorkPtr ProcessGroupTPU::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  const std::string op = "gather";
+  prepare(op, concat(flatten(outputs), inputs));
+  Staging staging;
+  auto host_in = stage_inputs(staging, inputs);
+  auto host_out = stage_outputs(staging, outputs);  // empty except on the root
+  return launch(op, c10d::OpType::GATHER, std::move(staging),
+                [&] { return host_->gather(host_out, host_in, opts); });
+}
+
+WorkPtr ProcessGroupTPU::scatter(std::vector<at::Tensor>& outputs,
+                                 std::vector<std::vector<at::Tensor>>& inputs,
+                                 const c10d::ScatterOptions& opts) {
+  const std::string op = "scatter";
+  prepare(op, concat(outputs, flatten(inputs)));
+  Staging staging;
+  std::vector<std::vector<at::Tensor>> host_in;  // empty except on the root
+  for (const auto& list : inputs) host_in.push_back(stage_inputs(staging, list));
+  auto host_out = stage_outputs(staging, outputs);
+  return launch(op, c10d::OpType::SCATTER, std::move(staging),
+                [&] { return host_->scatter(host_out, host_in, opts); });
+}
+
+WorkPtr ProcessGroupTPU::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                        std::vector<std::vector<at::Tensor>>& inputs,
+                                        const c10d::ReduceScatterOptions& opts) {
+  const std::string op = "reduce_scatter";
+  prepare(op, concat(outputs, flatten(inputs)));
+  HostReduction reduction(op, opts.reduceOp, outputs);
+  Staging staging;
+  std::vector<std::vector<at::Tensor>> host_in;
+  for (const auto& list : inputs) host_in.push_back(reduction.stage_inputs(staging, list));
+  auto host_out = stage_outputs(staging, outputs);
+  reduction.finish_with(staging, size_);
+  c10d::ReduceScatterOptions host_opts = opts;
+  host_opts.reduceOp = reduction.host_op();
+  return launch(op, c10d::OpType::REDUCE_SCATTER, std::move(staging),
+                [&] { return host_->reduce_scatter(host_out, host_in, host_opts); });
+}
+
+WorkPtr ProcessGroupTPU::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                              const c10d::ReduceScatterOptions& opts) {
+  const std::string op = "reduce_scatter_tensor";
+  prepare(op, {output, input});
+  TORCH_CHECK_VALUE(input.numel() == output.numel() * size_, "tpu_dist ", op, ": the input has ",
+                    input.numel(), " elements, expected ", output.numel(), " (the output's) x ",
+                    size_, " (the group size)");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "tpu_dist ", op,
+                   ": output and input dtypes differ (", dtype_name(output.scalar_type()), " and ",
+                   dtype_name(input.scalar_type()), ")");
+  HostReduction reduction(op, opts.reduceOp, {input});
+  Staging staging;
+  at::Tensor host_in = reduction.stage_inputs(staging, {input})[0];
+  at::Tensor host_out = staging.output(output);
+  reduction.finish_with(staging, size_);
+  c10d::ReduceScatterOptions host_opts = opts;
+  host_opts.reduceOp = reduction.host_op();
+  return launch(op, c10d::OpType::_REDUCE_SCATTER_BASE, std::move(staging),
+                [&] { return host_->_reduce_scatter_base(host_out, host_in, host_opts); });
+}
+
+WorkPtr ProcessGroupTPU::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::ReduceScatterOptions& opts) {
+  const std::string op = "reduce_scatter_tensor_coalesced";
+  prepare(op, concat(outputs, inputs));
+  HostReduction reduction(op, opts.reduceOp, inputs);
+  Staging staging;
+  auto host_in = reduction.stage_inputs(staging, inputs);
+  auto host_out = stage_outputs(staging, outputs);
+  reduction.finish_with(staging, size_);
+  c10d::ReduceScatterOptions host_opts = opts;
+  host_opts.reduceOp = reduction.host_op();
+  return launch(op, c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, std::move(staging), [&] {
+    return host_->reduce_scatter_tensor_coalesced(host_out, host_in, host_opts);
+  });
+}
+
+WorkPtr ProcessGroupTPU::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                       std::vector<int64_t>& output_split_sizes,
+                                       std::vector<int64_t>& input_split_sizes,
+                                       const c10d::AllToAllOptions& opts) {
+  const std::string op = "all_to_all_single";
+  prepare(op, {output, input});
+  check_splits(op, "input", input, input_split_sizes, size_);
+  check_splits(op, "output", output, output_split_sizes, size_);
+  Staging staging;
+  at::Tensor host_in = staging.input(input);
+  at::Tensor host_out = staging.output(output);
+  return launch(op, c10d::OpType::ALLTOALL_BASE, std::move(staging), [&] {
+    return host_->alltoall_base(host_out, host_in, output_split_sizes, input_split_sizes, opts);
+  });
+}
+
+WorkPtr ProcessGroupTPU::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                  const c10d::AllToAllOptions& opts) {
+  const std::string op = "all_to_all";
+  prepare(op, concat(outputs, inputs));
+  Staging staging;
+  auto host_in = stage_inputs(staging, inputs);
+  auto host_out = stage_outputs(staging, outputs);
+  return launch(op, c10d::OpType::ALLTOALL, std::move(staging),
+                [&] { return host_->alltoall(host_out, host_in, opts); });
+}
+
+WorkPtr ProcessGroupTPU::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
+  const std::string op = "send";
+  prepare(op, tensors);
+  Staging staging;
+  auto host = stage_inputs(staging, tensors);
+  return launch_p2p(op, c10d::OpType::SEND, std::move(staging),
+                    [&] { return host_->send(host, dst_rank, tag); });
+}
+
+WorkPtr ProcessGroupTPU::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
+  const std::string op = "recv";
+  prepare(op, tensors);
+  Staging staging;
+  auto host = stage_outputs(staging, tensors);
+  return launch_p2p(op, c10d::OpType::RECV, std::move(staging),
+                    [&] { return host_->recv(host, src_rank, tag); });
+}
+
+WorkPtr ProcessGroupTPU::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  const std::string op = "recv";
+  prepare(op, tensors);
+  Staging staging;
+  auto host = stage_outputs(staging, tensors);
+  return launch_p2p(op, c10d::OpType::RECVANYSOURCE, std::move(staging),
+                    [&] { return host_->recvAnysource(host, tag); });
+}
+
+WorkPtr ProcessGroupTPU::barrier(const c10d::BarrierOptions& opts) {
+  const std::string op = "barrier";
+  prepare(op, {});
+  // Completes after every earlier collective of this group (one queue).
+  return launch(op, c10d::OpType::BARRIER, Staging(), [&] { return host_->barrier(opts); });
+}
+
+void ProcessGroupTPU::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  host_->monitoredBarrier(opts, wait_all_ranks);
+}
+
+c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Backend>& host,
+                                                 int rank, int size,
+                                                 std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(host, "tpu_dist: no host backend");
+  TORCH_CHECK_VALUE(host->getRank() == rank && host->getSize() == size,
+                    "tpu_dist: the host backend is rank ", host->getRank(), " of ", host->getSize(),
+                    ", expected rank ", rank, " of ", size);
+  return c10::make_intrusive<ProcessGroupTPU>(host, rank, size, timeout);
+}
+
+}  // namespace torch_tpu::distributed

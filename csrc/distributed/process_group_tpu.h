@@ -1,0 +1,110 @@
+// tpu_dist: the c10d backend of the `tpu` device.
+//
+// Every collective is staged through a host backend (Gloo, made by the Python
+// side from the same store, rank, size and timeout): tpu inputs are copied to
+// host tensors, the host backend runs the collective on them, and a completion
+// thread copies the results back into the tpu tensors in place, so every alias
+// of them sees the result. CPU tensors go to the host backend as they are.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <utility>
+#include <vector>
+
+#include "distributed/staged_work.h"
+
+namespace torch_tpu::distributed {
+
+class ProcessGroupTPU : public c10d::Backend {
+ public:
+  ProcessGroupTPU(c10::intrusive_ptr<c10d::Backend> host, int rank, int size,
+                  std::chrono::milliseconds timeout);
+  ~ProcessGroupTPU() override;
+
+  const std::string getBackendName() const override { return "tpu_dist"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override;
+  void setTimeout(std::chrono::milliseconds timeout) override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
+  void setSequenceNumberForGroup() override { host_->setSequenceNumberForGroup(); }
+  uint64_t getSequenceNumberForGroup() override { return host_->getSequenceNumberForGroup(); }
+  void abort() override { host_->abort(); }
+  void shutdown() override { host_->shutdown(); }
+
+ private:
+  // Checks the tensors of `op` and orders it after in-flight collectives
+  // that write any of their storages.
+  void prepare(const std::string& op, const std::vector<at::Tensor>& tensors);
+  // Starts the host collective and returns the Work that finishes it.
+  c10::intrusive_ptr<c10d::Work> launch(
+      const std::string& op, c10d::OpType type, Staging staging,
+      const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
+  c10::intrusive_ptr<c10d::Work> launch_p2p(
+      const std::string& op, c10d::OpType type, Staging staging,
+      const std::function<c10::intrusive_ptr<c10d::Work>()>& start);
+  void track(const c10::intrusive_ptr<c10d::Work>& work, const std::vector<at::Tensor>& outputs);
+
+  c10::intrusive_ptr<c10d::Backend> host_;
+  std::chrono::milliseconds timeout_;
+  // Works whose results are not yet in their tensors, with those tensors'
+  // storages (caller's thread only).
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, std::vector<const void*>>> in_flight_;
+  std::unique_ptr<CompletionThread> completions_;
+};
+
+// The backend over `host` (a c10d backend of CPU tensors: Gloo).
+c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Backend>& host,
+                                                 int rank, int size,
+                                                 std::chrono::milliseconds timeout);
+
+}  // namespace torch_tpu::distributed

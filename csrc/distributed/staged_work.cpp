@@ -1,0 +1,198 @@
+#include "distributed/staged_work.h"
+
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+namespace torch_tpu::distributed {
+
+namespace {
+
+bool stands_for_itself(const at::Tensor& t) {
+  return t.device().is_cpu() && t.is_contiguous() && !t.is_conj() && !t.is_neg();
+}
+
+at::Tensor carried(const at::Tensor& host) {
+  return host.is_complex() ? at::view_as_real(host) : host;
+}
+
+// Copies between a user tensor and its host stand-in like a collective
+// library writes memory: below autograd and the version counter, so a leaf
+// that requires grad (DDP's parameter broadcast) can be written, and tensors
+// saved for backward are not reported as modified in place.
+void raw_copy(const at::Tensor& dst, const at::Tensor& src) {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  at::Tensor out = dst;
+  out.copy_(src);
+}
+
+std::string message_of(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Staging
+
+at::Tensor Staging::host_copy(const at::Tensor& t) {
+  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+  raw_copy(host, t);  // a tpu source materialises pending work and waits for it
+  return host;
+}
+
+at::Tensor Staging::input(const at::Tensor& t, bool private_copy) {
+  return carried(stands_for_itself(t) && !private_copy ? t : host_copy(t));
+}
+
+at::Tensor Staging::output(const at::Tensor& t) {
+  at::Tensor host = stands_for_itself(t) ? t : at::empty(t.sizes(), t.options().device(at::kCPU));
+  outputs_.push_back(t);
+  host_results_.push_back(host);
+  return carried(host);
+}
+
+at::Tensor Staging::inout(const at::Tensor& t) {
+  at::Tensor host = stands_for_itself(t) ? t : host_copy(t);
+  outputs_.push_back(t);
+  host_results_.push_back(host);
+  return carried(host);
+}
+
+void Staging::finish() {
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (transform_) transform_(host_results_[i]);
+    if (!host_results_[i].is_same(outputs_[i])) raw_copy(outputs_[i], host_results_[i]);
+  }
+  host_results_.clear();
+}
+
+std::exception_ptr collective_error(const std::string& op, std::exception_ptr error) {
+  try {
+    C10_THROW_ERROR(DistBackendError, "tpu_dist " + op + " failed: " + message_of(error));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// ---------------------------------------------------------------- StagedWork
+
+StagedWork::StagedWork(int rank, c10d::OpType type, std::string op, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type),
+      op_(std::move(op)),
+      outputs_(std::move(outputs)),
+      // A CPU future: the values are tpu tensors, but the device has one
+      // in-order queue, so there are no streams or events to record.
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
+
+bool StagedWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    C10_THROW_ERROR(DistBackendError, "tpu_dist " + op_ + " did not complete within " +
+                                          std::to_string(timeout.count()) + " ms");
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+void StagedWork::complete(std::exception_ptr error) {
+  finish(error);
+  // Future callbacks (DDP's comm hooks) run here, on the completion thread.
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+// ---------------------------------------------------------------- CompletionThread
+
+CompletionThread::CompletionThread() : thread_([this] { run(); }) {}
+
+CompletionThread::~CompletionThread() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  ready_.notify_one();
+  thread_.join();
+}
+
+void CompletionThread::push(c10::intrusive_ptr<c10d::Work> host_work, Staging staging,
+                            c10::intrusive_ptr<StagedWork> work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({std::move(host_work), std::move(staging), std::move(work)});
+  }
+  ready_.notify_one();
+}
+
+void CompletionThread::run() {
+  for (;;) {
+    Entry entry;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ready_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything is finished
+      entry = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      entry.host_work->wait();
+      entry.staging.finish();
+    } catch (...) {
+      error = collective_error(entry.work->op(), std::current_exception());
+    }
+    entry.work->complete(error);
+  }
+}
+
+// ---------------------------------------------------------------- P2PWork
+
+P2PWork::P2PWork(int rank, c10d::OpType type, std::string op,
+                 c10::intrusive_ptr<c10d::Work> host_work, Staging staging)
+    : c10d::Work(rank, type),
+      op_(std::move(op)),
+      host_work_(std::move(host_work)),
+      staging_(std::move(staging)) {}
+
+bool P2PWork::isCompleted() {
+  {
+    std::lock_guard<std::mutex> lock(finish_mutex_);
+    if (finished_) return true;
+  }
+  if (!host_work_->isCompleted()) return false;
+  wait();
+  return true;
+}
+
+bool P2PWork::wait(std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(finish_mutex_);
+  if (!finished_) {
+    std::exception_ptr error;
+    try {
+      host_work_->wait(timeout);
+      staging_.finish();
+    } catch (...) {
+      error = collective_error(op_, std::current_exception());
+    }
+    finished_ = true;
+    finish(error);
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+}  // namespace torch_tpu::distributed
