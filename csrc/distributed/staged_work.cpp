@@ -40,10 +40,61 @@ std::string message_of(std::exception_ptr error) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- HostBufferPool
+
+namespace {
+constexpr size_t kKept = 8;
+}
+
+HostBufferPool& HostBufferPool::get() {
+  static auto* pool = new HostBufferPool();  // leaked: used until process exit
+  return *pool;
+}
+
+at::Tensor HostBufferPool::take(c10::IntArrayRef sizes, at::ScalarType dtype) {
+  size_t nbytes = c10::multiply_integers(sizes) * c10::elementSize(dtype);
+  c10::Storage storage;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // The smallest free buffer that fits, unless it wastes more than half.
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      size_t have = it->nbytes();
+      if (have >= nbytes && have <= 2 * nbytes + 4096 &&
+          (best == free_.end() || have < best->nbytes())) {
+        best = it;
+      }
+    }
+    if (best != free_.end()) {
+      storage = std::move(*best);
+      free_.erase(best);
+    }
+  }
+  if (!storage) {
+    return at::empty(sizes, at::TensorOptions().dtype(dtype).device(at::kCPU));
+  }
+  return at::empty({0}, at::TensorOptions().dtype(dtype)).set_(storage, 0, sizes);
+}
+
+void HostBufferPool::give_back(at::Tensor t) {
+  c10::Storage storage = t.storage();
+  t.reset();
+  if (!storage) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (free_.size() >= kKept) free_.erase(free_.begin());  // the oldest goes
+  free_.push_back(std::move(storage));
+}
+
 // ---------------------------------------------------------------- Staging
 
+at::Tensor Staging::host_empty(const at::Tensor& like) {
+  at::Tensor host = HostBufferPool::get().take(like.sizes(), like.scalar_type());
+  pooled_.push_back(host);
+  return host;
+}
+
 at::Tensor Staging::host_copy(const at::Tensor& t) {
-  at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU));
+  at::Tensor host = host_empty(t);
   raw_copy(host, t);  // a tpu source materialises pending work and waits for it
   return host;
 }
@@ -53,7 +104,7 @@ at::Tensor Staging::input(const at::Tensor& t, bool private_copy) {
 }
 
 at::Tensor Staging::output(const at::Tensor& t) {
-  at::Tensor host = stands_for_itself(t) ? t : at::empty(t.sizes(), t.options().device(at::kCPU));
+  at::Tensor host = stands_for_itself(t) ? t : host_empty(t);
   outputs_.push_back(t);
   host_results_.push_back(host);
   return carried(host);
@@ -72,6 +123,8 @@ void Staging::finish() {
     if (!host_results_[i].is_same(outputs_[i])) raw_copy(outputs_[i], host_results_[i]);
   }
   host_results_.clear();
+  for (auto& host : pooled_) HostBufferPool::get().give_back(std::move(host));
+  pooled_.clear();
 }
 
 std::exception_ptr collective_error(const std::string& op, std::exception_ptr error) {
