@@ -470,7 +470,7 @@ WorkPtr ProcessGroupTPU::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>
   reduction.finish_with(staging, size_);
   c10d::ReduceScatterOptions host_opts = opts;
   host_opts.reduceOp = reduction.host_op();
-  return launch(op, c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, std::move(staging), [&] {
+  return launch(op, c10d::OpType::COALESCED, std::move(staging), [&] {
     return host_->reduce_scatter_tensor_coalesced(host_out, host_in, host_opts);
   });
 }

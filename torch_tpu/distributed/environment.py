@@ -16,11 +16,8 @@ values raise ``ValueError`` naming the variable and both values.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
-import shlex
-import socket
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
@@ -49,6 +46,8 @@ def grid_topology(devices: int) -> tuple[int, int, int]:
 
 
 def _free_ports(count: int, host: str) -> list[int]:
+    import socket  # here: `import torch` imports this module
+
     # Held open together so that the ports differ; the kernel does not hand a
     # port just released to the next bind(0) immediately.
     sockets = []
@@ -172,6 +171,9 @@ def launch_env(
 
 
 def _main(argv: list[str] | None = None) -> None:
+    import argparse
+    import shlex
+
     parser = argparse.ArgumentParser(
         prog="python -m torch.tpu.distributed.environment",
         description="Prints the launch variables of a single-host tpu_dist job as export "
