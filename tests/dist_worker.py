@@ -311,6 +311,16 @@ def check_point_to_point(c: Checks) -> None:
             w.wait()
         c.equal(name_of("isend/irecv", dtype, shape), got, make(dtype, shape, left, 800 + salt))
 
+        got = torch.empty(shape, dtype=dtype, device="tpu")
+        if RANK % 2 == 0:
+            dist.send(mine, dst=right)
+            sender = dist.recv(got)  # from any rank
+        else:
+            sender = dist.recv(got)
+            dist.send(mine, dst=right)
+        c.true(name_of("recv_anysource.sender", dtype, shape), sender == left, str(sender))
+        c.equal(name_of("recv_anysource", dtype, shape), got, make(dtype, shape, left, 800 + salt))
+
         got = torch.zeros(shape, dtype=dtype, device="tpu")
         ops = [dist.P2POp(dist.isend, mine, right), dist.P2POp(dist.irecv, got, left)]
         for w in dist.batch_isend_irecv(ops):

@@ -236,20 +236,23 @@ void ProcessGroupTPU::prepare(const std::string& op, const std::vector<at::Tenso
   // tensors read or write must land first (NCCL orders them on its stream).
   std::vector<const void*> storages;
   for (const auto& t : tensors) storages.push_back(storage_of(t));
-  auto first_kept = std::remove_if(in_flight_.begin(), in_flight_.end(), [&](auto& entry) {
-    if (entry.first->isCompleted()) return true;
-    for (const void* s : entry.second) {
-      if (std::find(storages.begin(), storages.end(), s) == storages.end()) continue;
-      try {
-        entry.first->wait();
-      } catch (...) {
-        // That collective's failure is raised by its own wait().
+  {
+    std::lock_guard<std::mutex> lock(in_flight_mutex_);
+    auto first_kept = std::remove_if(in_flight_.begin(), in_flight_.end(), [&](auto& entry) {
+      if (entry.first->isCompleted()) return true;
+      for (const void* s : entry.second) {
+        if (std::find(storages.begin(), storages.end(), s) == storages.end()) continue;
+        try {
+          entry.first->wait();
+        } catch (...) {
+          // That collective's failure is raised by its own wait().
+        }
+        return true;
       }
-      return true;
-    }
-    return false;
-  });
-  in_flight_.erase(first_kept, in_flight_.end());
+      return false;
+    });
+    in_flight_.erase(first_kept, in_flight_.end());
+  }
 
   // DeferAndFuse: pending work is materialised at the collective, on this
   // thread, so graphs are cut at the same points in every run and the
@@ -282,6 +285,7 @@ void ProcessGroupTPU::track(const WorkPtr& work, const std::vector<at::Tensor>& 
   if (outputs.empty()) return;
   std::vector<const void*> storages;
   for (const auto& t : outputs) storages.push_back(storage_of(t));
+  std::lock_guard<std::mutex> lock(in_flight_mutex_);
   in_flight_.emplace_back(work, std::move(storages));
 }
 

@@ -97,7 +97,9 @@ class ProcessGroupTPU : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> host_;
   std::chrono::milliseconds timeout_;
   // Works whose results are not yet in their tensors, with those tensors'
-  // storages (caller's thread only).
+  // storages. Collectives may be issued from several threads (DDP issues
+  // from autograd's).
+  std::mutex in_flight_mutex_;
   std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, std::vector<const void*>>> in_flight_;
   std::unique_ptr<CompletionThread> completions_;
 };
