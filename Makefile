@@ -49,14 +49,15 @@ cpp-test: build
 # for now: in defer_and_fuse every test's graph is a program of its own, and
 # the three full passes would take CI past its time budget on 2 cores. So do
 # the torch.compile tests: compiled graphs are captured the same way in every
-# mode (test_compile.py checks a capture inside defer_and_fuse itself). And the
+# mode (test_compile.py checks a capture inside defer_and_fuse itself; so are
+# the bounded-dynamism ones of test_bounded_dynamism.py). And the
 # distributed tests: each pass starts ~20 worker processes (80-120 s on 2
 # cores); their collectives check a block of defer_and_fuse work themselves,
 # and the file passes with TORCH_TPU_EAGER_MODE=defer_and_fuse (workers
 # inherit the mode).
 EAGER_MODES ?= strict debug defer_and_fuse
 STRICT_ONLY ?= --ignore=tests/test_ops.py --ignore=tests/test_compile.py \
-	--ignore=tests/test_distributed.py
+	--ignore=tests/test_bounded_dynamism.py --ignore=tests/test_distributed.py
 py-test: build
 	@status=0; for mode in $(EAGER_MODES); do \
 		echo "== eager mode: $$mode"; \

@@ -55,7 +55,7 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from . import _meta, _module_conversion, backends
+    from . import _meta, _module_conversion, backends, dynamism  # noqa: F401 (its ops)
 
     backends._install()
     _module_conversion.install()
@@ -85,6 +85,7 @@ _init_precision()
 _init_eager_mode()
 
 from . import serialization  # noqa: E402, F401
+from .dynamism import get_dynamism_info, mark_dynamic  # noqa: E402
 from ._compile import install_default_backend  # noqa: E402
 
 install_default_backend()
@@ -99,7 +100,9 @@ __all__ = [
     "EagerMode",
     "Precision",
     "eager_mode",
+    "get_dynamism_info",
     "get_eager_mode",
+    "mark_dynamic",
     "metrics",
     "metrics_report",
     "platform",

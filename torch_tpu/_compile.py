@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from torch_tpu import _C
+from torch_tpu import _bounded, _C
 
 _IGNORED_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _warned: set[str] = set()
@@ -35,17 +35,41 @@ def _warn_once(message: str) -> None:
 class CompiledGraph:
     """One AOTAutograd graph: its captured programs by input layout."""
 
-    def __init__(self, gm: torch.fx.GraphModule):
+    def __init__(self, gm: torch.fx.GraphModule, bounded: bool = False):
         # In the instance's __dict__, so wrappers made with functools.wraps keep it.
         self._boxed_call = True
         self.gm = gm
         self.captured: dict[tuple, list[tuple[Any, list]]] = {}
         self.eager_reason: str | None = None
+        # Runs at the bounds of its sizes (bounded_dynamism), or None: one program per size.
+        self.bounds: _bounded.BoundedGraph | None = None
+        if bounded:
+            try:
+                self.bounds = _bounded.BoundedGraph(gm)
+            except _bounded.NotBounded as e:
+                _warn_once(
+                    f"torch.compile(backend='tpu', options={{'bounded_dynamism': True}}): a graph "
+                    f"compiles one program per size because {e}"
+                )
 
     def __call__(self, *args) -> Any:
         # Boxed (one list, which AOTAutograd may clear) or, through wrappers that
         # hide `_boxed_call`, unboxed: graph inputs are tensors and numbers.
         args = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)
+        if self.bounds is None:
+            return self._run(args)
+        if self.eager_reason is None:
+            try:
+                return self.bounds.call(self._run, args)
+            except Exception as e:
+                # The graph writes no input (BoundedGraph checks), so running it again
+                # at the call's own sizes is safe.
+                self.eager_reason = f"it cannot run at its bounds ({e})"
+                _warn_once(f"torch.compile(backend='tpu'): a graph runs op by op because {e}")
+        return self.gm(*self.bounds.actual_args(args))
+
+    def _run(self, args: list) -> Any:
+        """Replays the program captured for the layouts of `args`, or captures one."""
         if self.eager_reason is not None:
             return self.gm(*args)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
@@ -76,6 +100,10 @@ class CompiledGraph:
         try:
             graph = _C._end_capture(device, tensors, outputs)
         except _C.CaptureError as e:
+            if self.bounds is not None:
+                # Ops that ran outside the recorded program lost the sizes of the
+                # padding: this call's results are not the call's own.
+                raise _bounded.NotBounded(str(e)) from e
             self.eager_reason = str(e)
             _warn_once(
                 f"torch.compile(backend='tpu'): a graph runs op by op because {e}; "
@@ -108,6 +136,10 @@ def _compile_graph(gm: torch.fx.GraphModule, example_inputs: list) -> CompiledGr
     return CompiledGraph(gm)
 
 
+def _compile_bounded_graph(gm: torch.fx.GraphModule, example_inputs: list) -> CompiledGraph:
+    return CompiledGraph(gm, bounded=True)
+
+
 @functools.cache
 def _decompositions() -> dict:
     """Core ATen decompositions of the ops the lowering table does not have."""
@@ -135,11 +167,6 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
         _warn_once(f"torch.compile(backend='tpu') ignores mode={mode!r}: it has no meaning here")
     elif mode not in (None, "default"):
         raise ValueError(f"torch.compile(backend='tpu'): unknown mode {mode!r}")
-    if options.get("bounded_dynamism"):
-        raise NotImplementedError(
-            "torch.compile(backend='tpu', options={'bounded_dynamism': True}) is not "
-            "implemented yet: each new shape compiles its own program"
-        )
     unknown = sorted(set(options) - {"bounded_dynamism"})
     if unknown:
         raise ValueError(f"torch.compile(backend='tpu'): unknown options {unknown}")
@@ -152,7 +179,11 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
     return aot_autograd(
         fw_compiler=_compile_graph,
         bw_compiler=_compile_graph,
-        inference_compiler=_compile_graph,
+        # Bounded dynamism for inference graphs; a training graph's forward and
+        # backward still compile per size.
+        inference_compiler=(
+            _compile_bounded_graph if options.get("bounded_dynamism") else _compile_graph
+        ),
         decompositions=_decompositions(),
         keep_inference_input_mutations=True,
     )(gm, example_inputs)

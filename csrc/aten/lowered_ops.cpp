@@ -695,8 +695,17 @@ bool same_arguments(const std::vector<c10::Argument>& a, const std::vector<c10::
 }  // namespace
 
 std::vector<std::string> register_lowered_ops() {
-  static auto* library = new torch::Library(torch::Library::IMPL, "aten",
-                                            c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  // One IMPL library per namespace: "aten", and "torch_tpu" for our own ops
+  // (rule names "torch_tpu::op" name their namespace).
+  static auto* libraries = new std::unordered_map<std::string, std::unique_ptr<torch::Library>>();
+  auto library_for = [](const std::string& ns) {
+    auto& library = (*libraries)[ns];
+    if (!library) {
+      library = std::make_unique<torch::Library>(torch::Library::IMPL, ns,
+                                                 c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+    }
+    return library.get();
+  };
   auto& dispatcher = c10::Dispatcher::singleton();
   std::unordered_map<std::string, std::vector<c10::OperatorName>> by_base;
   for (const auto& name : dispatcher.getAllOpNames()) by_base[name.name].push_back(name);
@@ -717,13 +726,15 @@ std::vector<std::string> register_lowered_ops() {
     size_t n = functional_args ? functional_args->size() : schema.arguments().size();
     for (size_t i = 0; i < n; ++i) rule_args.push_back(i);
     init_binding(bindings()[full], schema, rule, rule_args);
-    library->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&lowered_kernel>());
+    library_for(full.substr(0, full.find("::")))
+        ->impl(full.c_str(), torch::CppFunction::makeFromBoxedFunction<&lowered_kernel>());
   };
 
   for (const std::string& rule_name : lower::rule_names()) {
     const lower::Rule* rule = lower::find_rule(rule_name);
     auto dot = rule_name.find('.');
-    std::string base = "aten::" + rule_name.substr(0, dot);
+    bool has_namespace = rule_name.find("::") != std::string::npos;
+    std::string base = (has_namespace ? "" : "aten::") + rule_name.substr(0, dot);
     std::string overload = dot == std::string::npos ? "" : rule_name.substr(dot + 1);
     c10::OperatorName name{base, overload};
     auto functional = dispatcher.findOp(name);

@@ -297,7 +297,9 @@ Program ProgramBuilder::finish(const std::string* name, const std::vector<bool>&
   for (size_t s = 0; s < st.storages.size(); ++s) {
     if (!st.written[s] || !keep[s]) continue;
     int out = static_cast<int>(outputs.size());
-    outputs.push_back(*st.value[s]);
+    // Results of a program with bounded dynamic sizes are returned padded, so
+    // that their buffers have the static size of their storage.
+    outputs.push_back(st.b.has_dynamic_sizes() ? st.b.static_size(*st.value[s]) : *st.value[s]);
     program.output_slots.push_back(static_cast<int>(s));
     int param = st.param_of[s];
     bool donate = param >= 0 && st.b.parameters()[param] == st.value[s]->shape;

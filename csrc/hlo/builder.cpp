@@ -359,8 +359,14 @@ Value Builder::reshape(const Value& x, const Dims& dims) {
   if (shape.numel() != x.shape.numel()) {
     fail("reshape " + to_string(x.shape) + " to " + to_string(shape));
   }
-  if (dims == x.dims()) return x;
-  return emit1("stablehlo.reshape", {x}, "", shape);
+  // A reshape of a reshape reads the original: programs keep storages flat,
+  // so an op's result often goes to 1-D and back to its own shape.
+  auto source_of = reshaped_from_.find(x.id);
+  const Value& source = x.result < 0 && source_of != reshaped_from_.end() ? source_of->second : x;
+  if (dims == source.dims()) return source;
+  Value y = emit1("stablehlo.reshape", {source}, "", shape);
+  reshaped_from_.emplace(y.id, source);
+  return y;
 }
 
 Value Builder::broadcast_in_dim(const Value& x, const Dims& dims,
@@ -470,6 +476,26 @@ Value Builder::transpose(const Value& x, const Dims& permutation) {
   y = y.dims() == dims ? y : reshape(y, dims);
   transposed_[y.id] = {x, permutation};
   return y;
+}
+
+Value Builder::set_dimension_size(const Value& x, const Value& size, int64_t dimension) {
+  if (dimension < 0 || dimension >= x.rank()) fail("set_dimension_size dimension out of range");
+  dynamic_sizes_ = true;
+  return emit1("stablehlo.set_dimension_size", {x, size},
+               "dimension = " + std::to_string(dimension) + " : i64", x.shape);
+}
+
+Value Builder::static_size(const Value& x) {
+  // A gather's result has the static shape of its indices, whichever sizes its
+  // operand has (a constant set_dimension_size, a pad or a dynamic_slice of the
+  // whole all keep the dimension dynamic on XLA's CPU backend).
+  Value flat = reshape(x, {x.shape.numel()});
+  Value indices = iota({ElementType::S32, {flat.dim(0), 1}}, 0);
+  GatherDims dims;
+  dims.collapsed_slice_dims = {0};
+  dims.start_index_map = {0};
+  dims.index_vector_dim = 1;
+  return reshape(gather(flat, indices, dims, {1}), x.dims());
 }
 
 const Builder::Transposed* Builder::transposed(const Value& x) const {

@@ -175,6 +175,14 @@ class Builder {
   Value pad(const Value& x, const Value& padding_value, const Dims& low, const Dims& high,
             const Dims& interior);
   Value reverse(const Value& x, const Dims& dimensions);
+  // `x` with only the first `size` (an s32 scalar) entries of `dimension` valid
+  // (bounded dynamism: XLA masks the rest in the ops that follow). A program
+  // that has such sizes returns its results through static_size().
+  Value set_dimension_size(const Value& x, const Value& size, int64_t dimension);
+  bool has_dynamic_sizes() const { return dynamic_sizes_; }
+  // `x` of static size again: a result's valid entries, in order, lead its
+  // buffer (XLA's reshapes compact them), followed by padding.
+  Value static_size(const Value& x);
 
   // ---- reductions and windows
   std::vector<Value> reduce(const std::vector<Value>& inputs, const std::vector<Value>& inits,
@@ -221,6 +229,8 @@ class Builder {
   std::vector<Shape> params_;
   std::vector<std::pair<int, int>> aliases_;
   std::unordered_map<int, Transposed> transposed_;  // by result id
+  std::unordered_map<int, Value> reshaped_from_;    // reshape results' operands
+  bool dynamic_sizes_ = false;
   std::string body_;
   std::string* out_ = &body_;
   int indent_ = 4;

@@ -222,6 +222,22 @@ Value extreme(Builder& b, ElementType t, bool high) {
 
 }  // namespace
 
+Value reduced_count(Builder& b, const Value& x, const Dims& dims, ElementType type) {
+  if (!b.has_dynamic_sizes()) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= x.dim(d);
+    Dims kept;
+    for (int64_t d = 0; d < x.rank(); ++d) {
+      if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(x.dim(d));
+    }
+    return b.full({type, kept}, static_cast<double>(n));
+  }
+  // A sum of ones that come from x, so that they carry its sizes (MLIR folds
+  // get_dimension_size of a statically typed value to its bound).
+  Value one = b.or_(b.compare(x, x, hlo::Comparison::EQ), b.compare(x, x, hlo::Comparison::NE));
+  return reduce_sum(b, b.convert(one, type), dims);
+}
+
 Value reduce_sum(Builder& b, const Value& x, const Dims& dims) {
   if (x.type() == ElementType::Pred) {
     return reduce_with(b, x, dims, b.constant_bool(false), &Builder::or_);

@@ -37,6 +37,11 @@ std::vector<Value> broadcast_all(Builder& b, std::vector<Value> values);
 
 // ---- reductions
 Value reduce_sum(Builder& b, const Value& x, const Dims& dims);
+// How many entries of `x` a reduction over `dims` combines, of `type` and the
+// shape of the reduction's result: a constant, or in a program with bounded
+// dynamic sizes a count at run time (XLA masks the padding in a sum, not in a
+// count the rule divides by).
+Value reduced_count(Builder& b, const Value& x, const Dims& dims, ElementType type);
 Value reduce_max(Builder& b, const Value& x, const Dims& dims);
 Value reduce_min(Builder& b, const Value& x, const Dims& dims);
 // An s64 constant of `dims` from row-major `values` (index maps known at

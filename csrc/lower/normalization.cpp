@@ -33,7 +33,7 @@ Value sum_keep(Builder& b, const Value& x, const Dims& dims) {
 
 Value mean_keep(Builder& b, const Value& x, const Dims& dims) {
   Value s = sum_keep(b, x, dims);
-  return b.div(s, splat(b, s, static_cast<double>(count(x.dims(), dims))));
+  return b.div(s, b.reshape(reduced_count(b, x, dims, s.type()), s.dims()));
 }
 
 Value expand(Builder& b, const Value& x, const Dims& dims) { return broadcast_to(b, x, dims); }

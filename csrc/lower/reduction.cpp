@@ -36,12 +36,6 @@ Dims dims_or_all(const Args& a, size_t i, int64_t rank) {
   return a.is_none(i) ? all_dims(rank) : reduction_dims(a.ints(i), rank);
 }
 
-int64_t count(const Dims& shape, const Dims& reduced) {
-  int64_t n = 1;
-  for (int64_t d : reduced) n *= shape[d];
-  return n;
-}
-
 // Positions along a dimension of `n` elements are computed in 32 bits where
 // they fit (TPUs emulate 64-bit integers) and widened to PyTorch's int64 last.
 ElementType index_type(int64_t n) {
@@ -153,8 +147,7 @@ Values mean(Context& c, const Args& a) {
   Value x = a.tensor(0);
   Dims dims = a.size() > 2 ? dims_or_all(a, 1, x.rank()) : all_dims(x.rank());
   Value s = reduce_sum(c.b, accumuland(c.b, x, c.output(0).type), dims);
-  Value n = c.b.full(s.shape, static_cast<double>(count(x.dims(), dims)));
-  return {fit(c, c.b.div(s, n))};
+  return {fit(c, c.b.div(s, reduced_count(c.b, x, dims, s.type())))};
 }
 
 // prod(self, *, dtype) / prod.dim_int(self, dim, keepdim, *, dtype)
@@ -311,15 +304,15 @@ Moments moments(Context& c, const Args& a, const char* op) {
   Builder& b = c.b;
   x = convert(b, x, accumulation_type(x.type()));
   Dims dims = dims_or_all(a, 1, x.rank());
-  double n = static_cast<double>(count(x.dims(), dims));
   Value mean = reduce_sum(b, x, dims);
-  mean = b.div(mean, b.full(mean.shape, n));
+  mean = b.div(mean, reduced_count(b, x, dims, mean.type()));
   Value dev = b.sub(x, expand_reduced(b, mean, x.dims(), dims));
   Value m2 = reduce_sum(b, abs_squared(b, dev), dims);
   ElementType real = m2.type();
   Value correction = a.is_none(2) ? b.constant(1.0, real) : convert(b, a.tensor(2), real);
-  Value divisor = b.max(b.sub(b.constant(n, real), correction), b.constant(0.0, real));
-  return {b.div(m2, broadcast_to(b, divisor, m2.dims())), mean};
+  Value n = reduced_count(b, x, dims, real);
+  Value divisor = b.max(b.sub(n, broadcast_to(b, correction, n.dims())), full_like(b, n, 0.0));
+  return {b.div(m2, divisor), mean};
 }
 
 // var.correction(self, dim=None, *, correction=None, keepdim)

@@ -193,3 +193,31 @@ TEST(hlo_while_loop_counts) {
   auto result = run_program(b, out, {});
   CHECK_EQ(result[0][0], 5.0);
 }
+
+// Bounded dynamism: a reduction over a dimension marked as holding 3 of its 8
+// entries sums those 3, and static_size gives a buffer a static program reads
+// (its valid entries first).
+TEST(hlo_set_dimension_size_masks_reductions_and_static_size_returns_static_buffers) {
+  Builder b;
+  auto x = b.parameter(f32({8}));
+  auto n = b.parameter(Shape{ElementType::S32, {}});
+  auto valid = b.set_dimension_size(x, n, 0);
+  CHECK(b.has_dynamic_sizes());
+  auto sum = b.reduce({valid}, {b.constant(0.0, ElementType::F32)}, {0}, adder())[0];
+  auto doubled = b.static_size(b.add(valid, valid));
+  auto xb = upload_f32({1, 2, 3, 4, 5, 6, 7, 8}, {8});
+  int32_t three = 3;
+  auto nb = testing::test_client().buffer_from_host(&three, ElementType::S32, {}, 0);
+  auto exe = testing::test_client().compile(b.module_text({sum, doubled}),
+                                            runtime::CompileOptions{}.serialize());
+  auto launch = exe->execute(0, {xb.get(), nb.get()});
+  launch.done.await("dynamic program");
+  Builder reader;
+  auto y = reader.parameter(f32({8}));
+  auto out = run_program(reader, {reader.add(y, y)}, {launch.outputs[1].get()});
+  CHECK_EQ(out[0][0], 4.0);
+  CHECK_EQ(out[0][2], 12.0);
+  float total = 0;
+  launch.outputs[0]->to_host(&total).await("sum");
+  CHECK_EQ(total, 6.0f);
+}

@@ -1,0 +1,66 @@
+"""Bounded dynamism: a dimension whose size varies from call to call up to a known bound.
+
+``torch_tpu.mark_dynamic(x, dim, min, max)`` marks a dimension for ``torch.compile``;
+with ``options={"bounded_dynamism": True}`` a graph whose sizes have upper bounds runs
+as one program computed at the bounds, whatever the sizes of a call: its inputs are
+padded to the bounds and tagged with their sizes (``torch_tpu::set_dimension_size``,
+XLA's ``set_dimension_size``), XLA masks the padding in reductions and products, and
+the outputs are the valid part of the padded results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_LIBRARY = torch.library.Library("torch_tpu", "DEF")
+_LIBRARY.define("set_dimension_size(Tensor self, int dim, Tensor size) -> Tensor")
+
+
+@torch.library.impl(_LIBRARY, "set_dimension_size", "Meta")
+def _set_dimension_size_meta(self, dim, size):
+    return torch.empty_like(self)
+
+
+@torch.library.impl(_LIBRARY, "set_dimension_size", "CPU")
+def _set_dimension_size_cpu(self, dim, size):
+    # Off the tpu there is no padding to mask: the entries past `size` are the caller's.
+    return self.clone()
+
+
+@dataclass(frozen=True)
+class BoundedDynamicDimension:
+    dimension: int
+    lower_bound: int
+    upper_bound: int
+
+
+def mark_dynamic(tensor: torch.Tensor, dim: int, min: int, max: int) -> None:
+    """Marks dimension ``dim`` of ``tensor`` as varying between ``min`` and ``max``.
+
+    ``torch.compile(..., options={"bounded_dynamism": True})`` then compiles one program
+    for every size of that dimension up to ``max`` (Dynamo's ``mark_dynamic`` with the
+    same bounds). Eager execution is unchanged: each size runs its own programs."""
+    import torch._dynamo
+
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"mark_dynamic expects a tensor, got {type(tensor).__name__}")
+    rank = tensor.dim()
+    if not -rank <= dim < rank:
+        raise IndexError(f"mark_dynamic: dimension {dim} is out of range for a {rank}-d tensor")
+    dim %= rank
+    if not 0 <= min <= tensor.shape[dim] <= max:
+        raise ValueError(
+            f"mark_dynamic: dimension {dim} has size {tensor.shape[dim]}, outside its bounds"
+            f" [{min}, {max}]"
+        )
+    torch._dynamo.mark_dynamic(tensor, dim, min=min, max=max)
+    infos = {d.dimension: d for d in get_dynamism_info(tensor)}
+    infos[dim] = BoundedDynamicDimension(dim, min, max)
+    tensor._tpu_dynamism = tuple(sorted(infos.values(), key=lambda d: d.dimension))
+
+
+def get_dynamism_info(tensor: torch.Tensor) -> tuple[BoundedDynamicDimension, ...]:
+    """The bounded dynamic dimensions ``mark_dynamic`` gave ``tensor``."""
+    return getattr(tensor, "_tpu_dynamism", ())
