@@ -162,7 +162,7 @@ class BoundedGraph:
         }
         if not self.symbol_args:
             raise NotBounded("it has no dynamic sizes")
-        shape_env = next(iter(v for v in values if isinstance(v, torch.SymInt))).node.shape_env
+        shape_env = next(v for v in values if isinstance(v, torch.SymInt)).node.shape_env
         self.bound = {}
         for sym in self.symbol_args.values():
             upper = shape_env.var_to_range[sym].upper
