@@ -198,6 +198,14 @@ void flush_graph(int device, FlushReason reason, const ProgramInspector& inspect
   try {
     const Program& program = cached_program(key, [&] {
       ProgramBuilder builder(storages);
+      std::vector<int> final_write(storages.size(), -1);
+      for (size_t i = 0; i < ops.size(); ++i) {
+        for (int local : ops[i].sig->target_slot) {
+          int s = local < 0 ? -1 : ops[i].storage(local);
+          if (s >= 0 && keep[s]) final_write[s] = static_cast<int>(i);
+        }
+      }
+      builder.mark_outputs(std::move(final_write));
       for (size_t i = 0; i < ops.size(); ++i) builder.emit(ops[i], static_cast<int>(i));
       return builder.finish(interned(program_name(g)), keep);
     });

@@ -153,6 +153,7 @@ struct ProgramBuilder::State {
   std::vector<bool> written;
   std::vector<Param> params;
   int64_t first_random = -1;
+  std::vector<int> final_write;  // see mark_outputs; empty: none marked
 
   Value param(const hlo::Shape& shape, Param p) {
     params.push_back(p);
@@ -188,6 +189,10 @@ ProgramBuilder::ProgramBuilder(std::vector<const StorageSlot*> storages)
 ProgramBuilder::~ProgramBuilder() = default;
 
 bool ProgramBuilder::written(int storage) const { return state_->written[storage]; }
+
+void ProgramBuilder::mark_outputs(std::vector<int> final_write) {
+  state_->final_write = std::move(final_write);
+}
 
 int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
   State& st = *state_;
@@ -284,6 +289,14 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
                         kept);
     }
     st.written[s] = true;
+    // A returned value is stored anyway. Left to itself, XLA recomputes an
+    // elementwise value inside each later fusion that reads it (AdamW's
+    // moments inside its parameter update), reading its inputs again and
+    // keeping the old buffer alive past the in-place write, which then
+    // costs a copy. Behind a barrier, later ops read the stored value.
+    if (!st.final_write.empty() && st.final_write[s] == index) {
+      st.value[s] = b.optimization_barrier({*st.value[s]})[0];
+    }
   }
   if (st.first_random < 0) st.first_random = ctx.random_consumed();
   return ctx.random_consumed();

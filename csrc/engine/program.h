@@ -71,6 +71,10 @@ class ProgramBuilder {
   explicit ProgramBuilder(std::vector<const StorageSlot*> storages);
   ~ProgramBuilder();
 
+  // A program of several ops, before the first emit: `final_write[s]` is the
+  // op whose write of storage s the program returns (-1: none). Ops after it
+  // read that value from memory instead of recomputing it (see emit).
+  void mark_outputs(std::vector<int> final_write);
   // Emits `op` as op `index` of the program and returns the random offsets it
   // consumes. Throws lower::Unsupported when the rule declines its inputs.
   int64_t emit(const ProgramOp& op, int index);

@@ -289,12 +289,12 @@ Value Builder::iota(const Shape& shape, int64_t dimension) {
 Value Builder::unary(const char* op, const Value& x, std::optional<ElementType> result_type) {
   Shape shape = x.shape;
   if (result_type) shape.type = *result_type;
-  return emit1(std::string("stablehlo.") + op, {x}, "", shape);
+  return elementwise(std::string("stablehlo.") + op, {x}, "", shape);
 }
 
 Value Builder::binary(const char* op, const Value& a, const Value& b) {
   check_same_shape(a, b, op);
-  return emit1(std::string("stablehlo.") + op, {a, b}, "", a.shape);
+  return elementwise(std::string("stablehlo.") + op, {a, b}, "", a.shape);
 }
 
 Value Builder::abs(const Value& x) { return unary("abs", x, complex_component(x.type())); }
@@ -308,23 +308,23 @@ Value Builder::compare(const Value& a, const Value& b, Comparison direction) {
                              : is_unsigned(a.type()) || a.type() == ElementType::Pred ? "UNSIGNED"
                                                                                       : "SIGNED";
   attrs += std::string(", compare_type = #stablehlo<comparison_type ") + compare_type + ">";
-  return emit1("stablehlo.compare", {a, b}, attrs, Shape{ElementType::Pred, a.dims()});
+  return elementwise("stablehlo.compare", {a, b}, attrs, Shape{ElementType::Pred, a.dims()});
 }
 
 Value Builder::select(const Value& pred, const Value& on_true, const Value& on_false) {
   check_same_shape(on_true, on_false, "select");
   if (pred.type() != ElementType::Pred) fail("select predicate must be pred");
   if (pred.rank() != 0 && pred.dims() != on_true.dims()) fail("select predicate shape");
-  return emit1("stablehlo.select", {pred, on_true, on_false}, "", on_true.shape);
+  return elementwise("stablehlo.select", {pred, on_true, on_false}, "", on_true.shape);
 }
 
 Value Builder::clamp(const Value& lo, const Value& x, const Value& hi) {
-  return emit1("stablehlo.clamp", {lo, x, hi}, "", x.shape);
+  return elementwise("stablehlo.clamp", {lo, x, hi}, "", x.shape);
 }
 
 Value Builder::convert(const Value& x, ElementType type) {
   if (x.type() == type) return x;
-  return emit1("stablehlo.convert", {x}, "", Shape{type, x.dims()});
+  return elementwise("stablehlo.convert", {x}, "", Shape{type, x.dims()});
 }
 
 Value Builder::bitcast_convert(const Value& x, ElementType type) {
@@ -340,12 +340,14 @@ Value Builder::bitcast_convert(const Value& x, ElementType type) {
     }
     dims.pop_back();
   }
+  if (to == from) return elementwise("stablehlo.bitcast_convert", {x}, "", Shape{type, dims});
   return emit1("stablehlo.bitcast_convert", {x}, "", Shape{type, dims});
 }
 
 Value Builder::complex(const Value& real, const Value& imag) {
   check_same_shape(real, imag, "complex");
-  return emit1("stablehlo.complex", {real, imag}, "", Shape{to_complex(real.type()), real.dims()});
+  return elementwise("stablehlo.complex", {real, imag}, "",
+                     Shape{to_complex(real.type()), real.dims()});
 }
 
 Value Builder::real(const Value& x) { return unary("real", x, complex_component(x.type())); }
@@ -389,8 +391,49 @@ Value Builder::broadcast_in_dim(const Value& x, const Dims& dims,
     }
     if (identity) return x;
   }
-  return emit1("stablehlo.broadcast_in_dim", {x},
-               "broadcast_dimensions = " + i64_array(broadcast_dimensions), Shape{x.type(), dims});
+  Value y =
+      emit1("stablehlo.broadcast_in_dim", {x},
+            "broadcast_dimensions = " + i64_array(broadcast_dimensions), Shape{x.type(), dims});
+  if (x.rank() == 0) broadcast_of_.emplace(y.id, x);
+  return y;
+}
+
+Value Builder::elementwise(const std::string& op, const std::vector<Value>& operands,
+                           const std::string& attributes, const Shape& result) {
+  // The source shape of the first operand that is a reshape. The others must
+  // be reshapes too, broadcast scalars or values XLA keeps in memory (a
+  // product): reshaping those is free, while reshaping a broadcast along a
+  // dimension or a transpose would cost index arithmetic per element.
+  // Programs with bounded dynamic sizes keep their shapes: XLA tracks the
+  // sizes by dimension.
+  const Value* source = nullptr;
+  bool movable = !dynamic_sizes_;
+  for (const Value& x : operands) {
+    if (x.rank() == 0) continue;  // a select's predicate or a clamp's bound
+    bool single = x.result < 0;
+    auto it = single ? reshaped_from_.find(x.id) : reshaped_from_.end();
+    if (it != reshaped_from_.end()) {
+      if (!source) source = &it->second;
+    } else if (!(single && (broadcast_of_.count(x.id) || stored_.count(x.id)))) {
+      movable = false;
+    }
+  }
+  if (!source || !movable) return emit1(op, operands, attributes, result);
+  Dims dims = source->dims();
+  std::vector<Value> moved;
+  for (const Value& x : operands) {
+    auto scalar = x.result < 0 ? broadcast_of_.find(x.id) : broadcast_of_.end();
+    if (x.rank() == 0) {
+      moved.push_back(x);  // a select's predicate or a clamp's bound
+    } else if (scalar != broadcast_of_.end()) {
+      Value value = scalar->second;  // the map may grow below
+      moved.push_back(broadcast_in_dim(value, dims, {}));
+    } else {
+      moved.push_back(reshape(x, dims));
+    }
+  }
+  Value flat = emit1(op, moved, attributes, Shape{result.type, dims});
+  return reshape(flat, result.dims);
 }
 
 namespace {
@@ -468,7 +511,7 @@ Value Builder::transpose(const Value& x, const Dims& permutation) {
       for (size_t k = 0; k < step.size(); ++k) moved[k] = y.dim(step[k]);
       // The barrier keeps XLA from folding the steps back into one.
       Value t = emit_transpose(reshape(y, s.dims), s.permutation);
-      t = emit1("stablehlo.optimization_barrier", {t}, "", t.shape);
+      t = optimization_barrier({t})[0];
       y = reshape(t, moved);
       std::rotate(order.begin() + i, order.begin() + j, order.begin() + j + 1);
     }
@@ -476,6 +519,12 @@ Value Builder::transpose(const Value& x, const Dims& permutation) {
   y = y.dims() == dims ? y : reshape(y, dims);
   transposed_[y.id] = {x, permutation};
   return y;
+}
+
+std::vector<Value> Builder::optimization_barrier(const std::vector<Value>& values) {
+  std::vector<Shape> shapes;
+  for (const Value& v : values) shapes.push_back(v.shape);
+  return emit("stablehlo.optimization_barrier", values, "", shapes);
 }
 
 Value Builder::set_dimension_size(const Value& x, const Value& size, int64_t dimension) {
@@ -687,7 +736,9 @@ Value Builder::dot_general(const Value& lhs, const Value& rhs, const DotDims& d,
       ", lhs_contracting_dimensions = " + i64_list(d.lhs_contract) +
       ", rhs_contracting_dimensions = " + i64_list(d.rhs_contract) + ">, " +
       precision_attr(precision, 2);
-  return emit1("stablehlo.dot_general", {lhs, rhs}, attrs, Shape{result_type, out});
+  Value y = emit1("stablehlo.dot_general", {lhs, rhs}, attrs, Shape{result_type, out});
+  stored_.insert(y.id);
+  return y;
 }
 
 Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvDims& d,
@@ -723,7 +774,9 @@ Value Builder::convolution(const Value& lhs, const Value& rhs, const ConvDims& d
       " : i64, lhs_dilation = " + i64_array(lhs_dil) + ", padding = " + padding_attr(padding) +
       ", rhs_dilation = " + i64_array(rhs_dil) + ", window_strides = " + i64_array(strides) + ", " +
       precision_attr(precision, 2);
-  return emit1("stablehlo.convolution", {lhs, rhs}, attrs, Shape{result_type, out});
+  Value y = emit1("stablehlo.convolution", {lhs, rhs}, attrs, Shape{result_type, out});
+  stored_.insert(y.id);
+  return y;
 }
 
 // ------------------------------------------------------------------ indexing

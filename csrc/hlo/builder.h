@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "runtime/element_type.h"
@@ -213,6 +214,10 @@ class Builder {
   std::vector<Value> while_loop(const std::vector<Value>& init, const RegionFn& cond,
                                 const RegionFn& body);
 
+  // The values unchanged, but XLA may neither fuse through nor reorder across
+  // the barrier: everything it returns is computed before any of its uses.
+  std::vector<Value> optimization_barrier(const std::vector<Value>& values);
+
   // Emits any op in generic form (escape hatch for rarely used ops).
   std::vector<Value> emit(const std::string& op, const std::vector<Value>& operands,
                           const std::string& attributes, const std::vector<Shape>& results,
@@ -222,6 +227,14 @@ class Builder {
   Value emit1(const std::string& op, const std::vector<Value>& operands,
               const std::string& attributes, const Shape& result,
               const std::vector<std::string>& regions = {});
+  // Emits an elementwise op. Elementwise work commutes with a reshape: when
+  // an operand is a reshape (a view of a flat storage), the op runs on the
+  // reshape's source shape and its result is reshaped back. XLA then sees an
+  // op on the storage's own shape, which it can update in place: it never
+  // shares a buffer across the bitcast of a reshape, so a donated storage
+  // updated through a reshape is copied.
+  Value elementwise(const std::string& op, const std::vector<Value>& operands,
+                    const std::string& attributes, const Shape& result);
   // Builds the text of a single-block region with scalar arguments.
   std::string region(const std::vector<Shape>& args, const RegionFn& body);
   Value emit_transpose(const Value& x, const Dims& permutation);
@@ -230,6 +243,8 @@ class Builder {
   std::vector<std::pair<int, int>> aliases_;
   std::unordered_map<int, Transposed> transposed_;  // by result id
   std::unordered_map<int, Value> reshaped_from_;    // reshape results' operands
+  std::unordered_map<int, Value> broadcast_of_;     // broadcast scalars by result id
+  std::unordered_set<int> stored_;                  // products: XLA keeps them in memory
   bool dynamic_sizes_ = false;
   std::string body_;
   std::string* out_ = &body_;

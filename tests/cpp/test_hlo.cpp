@@ -194,6 +194,28 @@ TEST(hlo_while_loop_counts) {
   CHECK_EQ(result[0][0], 5.0);
 }
 
+// Elementwise ops on a reshape run on its source shape (XLA updates a buffer
+// in place only without a reshape between), unless another operand would need
+// index arithmetic to follow (a broadcast along a dimension).
+TEST(hlo_elementwise_ops_run_on_the_source_of_a_reshape) {
+  Builder b;
+  auto x = b.parameter(f32({6}));
+  auto row = b.parameter(f32({3}));
+  auto grid = b.reshape(x, {2, 3});
+  auto plus_one = b.add(grid, b.full(f32({2, 3}), 1.0));
+  auto flat = b.reshape(plus_one, {6});
+  auto rows = b.add(grid, b.broadcast_in_dim(row, {2, 3}, {1}));
+  std::string text = b.module_text({flat, rows});
+  CHECK(text.find("\"stablehlo.add\"(%arg0, %v") != std::string::npos);
+  CHECK(text.find("(tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>") != std::string::npos);
+  CHECK(text.find("(tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>") != std::string::npos);
+  auto xb = upload_f32({1, 2, 3, 4, 5, 6}, {6});
+  auto rb = upload_f32({10, 20, 30}, {3});
+  auto out = run_program(b, {flat, rows}, {xb.get(), rb.get()});
+  CHECK(out[0] == (std::vector<double>{2, 3, 4, 5, 6, 7}));
+  CHECK(out[1] == (std::vector<double>{11, 22, 33, 14, 25, 36}));
+}
+
 // Bounded dynamism: a reduction over a dimension marked as holding 3 of its 8
 // entries sums those 3, and static_size gives a buffer a static program reads
 // (its valid entries first).
