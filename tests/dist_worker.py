@@ -415,6 +415,24 @@ def check_semantics(c: Checks, gloo) -> None:
         dist.all_reduce(ref, group=gloo)
     c.equal("all_reduce.chained_async", t, ref)
 
+    # A result becomes its tensor's device buffer without a copy (the CPU platform
+    # uses the staging memory in place); that memory is staged into again only once
+    # no buffer uses it: values kept by clones (which share the buffer) and updated
+    # in place between collectives stay right.
+    t = base.to("tpu")
+    ref = base.clone()
+    kept, kept_ref = [], []
+    for i in range(4):
+        dist.all_reduce(t)
+        dist.all_reduce(ref, group=gloo)
+        kept.append(t.clone())
+        kept_ref.append(ref.clone())
+        t.mul_(0.5).add_(i)
+        ref.mul_(0.5).add_(i)
+    c.equal("all_reduce.staging_memory_reuse", t, ref)
+    for i, (k, r) in enumerate(zip(kept, kept_ref)):
+        c.equal(f"all_reduce.staging_memory_kept_{i}", k, r)
+
     # A leaf that requires grad is written like raw memory (DDP's broadcast).
     p = torch.nn.Parameter(base.to("tpu"))
     dist.broadcast(p, src=0)

@@ -19,7 +19,8 @@ namespace torch_tpu::distributed {
 // Host memory for staging, reused across collectives. A fresh allocation of
 // tens of MB is paid in page faults on first touch (measured: 64 MB costs
 // ~45 ms on the 2-core CI machine, against 15 ms for the copy itself), so
-// buffers go back to a small free list when their collective is finished.
+// buffers go back to a small free list when their collective is finished, or,
+// when a result became a device buffer in place, when the device drops it.
 class HostBufferPool {
  public:
   static HostBufferPool& get();
@@ -58,7 +59,9 @@ class Staging {
 
   // Writes the host results into the user's tensors (any thread) and returns
   // the staging memory to the pool: only after the host collective succeeded
-  // (after a failure, Gloo may still be using it).
+  // (after a failure, Gloo may still be using it). A result that fills a tpu
+  // tensor's whole storage becomes its device buffer instead of being copied
+  // (on the CPU platform the buffer is the host memory itself).
   void finish();
 
   // The user tensors finish() writes: the Work's result().

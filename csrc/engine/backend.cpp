@@ -214,8 +214,10 @@ runtime::BufferPtr Backend::scalar_buffer(int device, ElementType type, const vo
 }
 
 runtime::BufferPtr Backend::upload(const void* data, ElementType type,
-                                   const std::vector<int64_t>& dims, int device) {
-  auto buffer = client_->buffer_from_host(data, type, dims, device);
+                                   const std::vector<int64_t>& dims, int device,
+                                   std::function<void()> release) {
+  auto buffer = release ? client_->buffer_using_host(data, type, dims, device, std::move(release))
+                        : client_->buffer_from_host(data, type, dims, device);
   metrics().host_to_device_transfers++;
   metrics().host_to_device_bytes += buffer->byte_size();
   return buffer;

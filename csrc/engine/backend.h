@@ -56,8 +56,10 @@ class Backend {
   // A device buffer holding one scalar (cached: scalars recur).
   runtime::BufferPtr scalar_buffer(int device, ElementType type, const void* value);
 
+  // Copies `data` to the device; with `release`, the device may use the host
+  // memory in place until `release` runs (see Client::buffer_using_host).
   runtime::BufferPtr upload(const void* data, ElementType type, const std::vector<int64_t>& dims,
-                            int device);
+                            int device, std::function<void()> release = nullptr);
   // Blocks until `buffer` is on the host in `dst`; raises pending failures.
   void download(const runtime::Buffer& buffer, void* dst, const std::string& op);
   runtime::BufferPtr copy_to_device(const runtime::Buffer& buffer, int device);

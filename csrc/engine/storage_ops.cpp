@@ -52,7 +52,8 @@ void resize_storage(StorageSlot& slot, size_t nbytes) {
   backend.track(slot.device, std::move(launch.done), "resize_");
 }
 
-void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64_t numel) {
+void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64_t numel,
+                    std::function<void()> release) {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   if (static_cast<size_t>(numel * element_size(type)) != slot.nbytes) {
@@ -61,7 +62,7 @@ void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64
   materialize(slot, FlushReason::Storage);
   note_unrecorded(slot.device,
                   "it copies host data to the device (a CPU fallback or a tensor constant)");
-  slot.buffer = backend.upload(data, type, {numel}, slot.device);
+  slot.buffer = backend.upload(data, type, {numel}, slot.device, std::move(release));
 }
 
 void download_view(const TensorView& view, void* dst) {

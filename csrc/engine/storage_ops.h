@@ -2,6 +2,7 @@
 // storage, moving whole storages between host and device.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "engine/storage.h"
@@ -13,7 +14,11 @@ namespace torch_tpu::engine {
 void resize_storage(StorageSlot& slot, size_t nbytes);
 
 // Replaces the slot's contents with `numel` elements of `type` from the host.
-void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64_t numel);
+// With `release`, the device may use the host memory in place (the CPU
+// platform does) until `release` runs, on any thread; the memory must stay
+// alive and unchanged until then.
+void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64_t numel,
+                    std::function<void()> release = nullptr);
 
 // Writes `src` into `dst` on the same device, converting the dtype and
 // broadcasting like Tensor.copy_; failures are reported under `op`.

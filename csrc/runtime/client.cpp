@@ -34,6 +34,38 @@ void Event::await(const char* what) {
   if (!status.empty()) throw Error(std::string(what) + ": " + status, 13);
 }
 
+void Event::then(std::function<void()> fn) && {
+  if (!event_) {
+    fn();
+    return;
+  }
+  struct Callback {
+    const Plugin* plugin;
+    std::function<void()> fn;
+  };
+  auto args = TPU_ARGS(PJRT_Event_OnReady_Args, user_arg);
+  args.event = event_;
+  args.user_arg = new Callback{plugin_, std::move(fn)};
+  args.callback = [](PJRT_Error* error, void* arg) {
+    std::unique_ptr<Callback> callback(static_cast<Callback*>(arg));
+    callback->plugin->consume(error);
+    try {
+      callback->fn();
+    } catch (...) {
+      // Nothing may unwind into the plugin.
+    }
+  };
+  try {
+    plugin_->call(Fn::EventOnReady, &args, "PJRT_Event_OnReady");
+  } catch (...) {
+    delete static_cast<Callback*>(args.user_arg);
+    throw;
+  }
+  // The callback stays registered with the work's producer; the event, our
+  // handle on it, can go now.
+  Event consumed(std::move(*this));
+}
+
 bool Event::ready() const {
   if (!event_) return true;
   auto args = TPU_ARGS(PJRT_Event_IsReady_Args, is_ready);
@@ -286,19 +318,34 @@ MemoryStats Client::memory_stats(int index) const {
 
 BufferPtr Client::buffer_from_host(const void* data, ElementType type,
                                    const std::vector<int64_t>& dims, int device) {
+  // The host data is copied before the call returns.
+  return from_host(data, type, dims, device, PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
+                   nullptr);
+}
+
+BufferPtr Client::buffer_using_host(const void* data, ElementType type,
+                                    const std::vector<int64_t>& dims, int device,
+                                    std::function<void()> release) {
+  return from_host(data, type, dims, device, PJRT_HostBufferSemantics_kImmutableZeroCopy,
+                   std::move(release));
+}
+
+BufferPtr Client::from_host(const void* data, ElementType type, const std::vector<int64_t>& dims,
+                            int device, PJRT_HostBufferSemantics semantics,
+                            std::function<void()> release) {
   auto args = TPU_ARGS(PJRT_Client_BufferFromHostBuffer_Args, buffer);
   args.client = client_;
   args.data = data;
   args.type = static_cast<PJRT_Buffer_Type>(type);
   args.dims = dims.data();
   args.num_dims = dims.size();
-  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableOnlyDuringCall;
+  args.host_buffer_semantics = semantics;
   args.device = this->device(device);
   plugin_->call(Fn::ClientBufferFromHostBuffer, &args, "host-to-device copy");
-  // With kImmutableOnlyDuringCall the host data is already copied; the event
-  // only needs releasing.
+  auto buffer = std::make_shared<Buffer>(plugin_, args.buffer, type, dims, device);
   Event done(plugin_, args.done_with_host_buffer);
-  return std::make_shared<Buffer>(plugin_, args.buffer, type, dims, device);
+  if (release) std::move(done).then(std::move(release));
+  return buffer;
 }
 
 BufferPtr Client::error_buffer(const std::string& message, ElementType type,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ class Event {
   std::string await_status();
   bool ready() const;
   bool valid() const { return event_ != nullptr; }
+  // Runs `fn` once the work is done, failed or not, on whichever thread
+  // completes it (now, if it is done). Consumes the event.
+  void then(std::function<void()> fn) &&;
 
  private:
   const Plugin* plugin_;
@@ -142,6 +146,13 @@ class Client {
   // of the host data completes before this returns.
   BufferPtr buffer_from_host(const void* data, ElementType type, const std::vector<int64_t>& dims,
                              int device);
+  // A buffer of `data` (row-major, dense) that uses the host memory in place
+  // where the platform can (the CPU platform can, for 64-byte aligned data)
+  // and copies it otherwise. `release` runs, on any thread, once the device
+  // no longer uses the memory: until then it must stay alive and unchanged.
+  // On failure it throws and never runs `release`.
+  BufferPtr buffer_using_host(const void* data, ElementType type, const std::vector<int64_t>& dims,
+                              int device, std::function<void()> release);
   // A buffer that fails every launch using it with `message` (API >= 0.103);
   // used to test how asynchronous failures surface.
   BufferPtr error_buffer(const std::string& message, ElementType type,
@@ -154,6 +165,10 @@ class Client {
   std::shared_ptr<Executable> deserialize(const std::string& bytes);
 
  private:
+  BufferPtr from_host(const void* data, ElementType type, const std::vector<int64_t>& dims,
+                      int device, PJRT_HostBufferSemantics semantics,
+                      std::function<void()> release);
+
   const Plugin* plugin_;
   PJRT_Client* client_ = nullptr;
   std::string platform_name_;

@@ -140,6 +140,16 @@ struct PJRT_Event_Args {
   PJRT_Event* event;
 };
 
+typedef void (*PJRT_Event_OnReadyCallback)(PJRT_Error* error, void* user_arg);
+
+struct PJRT_Event_OnReady_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Event* event;
+  PJRT_Event_OnReadyCallback callback;
+  void* user_arg;
+};
+
 struct PJRT_Event_IsReady_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;

@@ -23,6 +23,7 @@ enum class Fn : int {
   EventIsReady = 6,
   EventError = 7,
   EventAwait = 8,
+  EventOnReady = 9,
   ClientCreate = 10,
   ClientDestroy = 11,
   ClientPlatformName = 12,

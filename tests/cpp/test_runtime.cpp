@@ -1,7 +1,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "fixture.h"
 #include "harness.h"
@@ -57,6 +60,32 @@ TEST(runtime_execute_on_second_device_with_donation) {
   std::vector<float> back(3);
   launch.outputs[0]->to_host(back.data()).await("copy back");
   CHECK_EQ(back[2], 6.0f);
+}
+
+// A buffer using host memory: on the CPU platform the memory itself (a change
+// made behind its back shows), released once, after the last use.
+TEST(runtime_buffer_using_host_uses_the_memory_until_released) {
+  hlo::Builder b;
+  auto x = b.parameter({ElementType::F32, {16}});
+  auto exe =
+      test_client().compile(b.module_text({b.add(x, x)}), runtime::CompileOptions{}.serialize());
+  alignas(64) static float data[16];
+  for (int i = 0; i < 16; ++i) data[i] = static_cast<float>(i);
+  std::atomic<int> released{0};
+  auto input =
+      test_client().buffer_using_host(data, ElementType::F32, {16}, 0, [&] { released++; });
+  data[15] = 100;
+  auto launch = exe->execute(0, {input.get()});
+  launch.done.await("launch");
+  std::vector<float> back(16);
+  launch.outputs[0]->to_host(back.data()).await("copy back");
+  CHECK_EQ(back[15], 200.0f);
+  CHECK_EQ(released.load(), 0);
+  input.reset();
+  for (int i = 0; i < 1000 && !released.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK_EQ(released.load(), 1);
 }
 
 TEST(runtime_device_lock_names_holder) {
