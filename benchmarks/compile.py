@@ -66,7 +66,9 @@ def first_step_latency(batch: int) -> None:
     """Fresh processes (run before this one opens the device, which one process holds)."""
     env = dict(os.environ)
     with tempfile.TemporaryDirectory() as cache:
-        env["TORCH_TPU_CACHE_DIR"] = cache
+        # Both persistent caches: our executables and AOTAutograd's traced graphs.
+        env["TORCH_TPU_CACHE_DIR"] = os.path.join(cache, "xla")
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache, "torch")
         latency = {}
         for run in ("cold", "warm"):
             child = subprocess.run(

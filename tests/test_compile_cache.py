@@ -77,22 +77,30 @@ def step():
 print("VALUE", [round(step().item(), 5) for _ in range(2)])
 m = torch_tpu.metrics()
 print("COUNTS", m["compiles"], m["persistent_cache_hits"])
+from torch._dynamo.utils import counters
+print("AOT", counters["aot_autograd"]["autograd_cache_hit"], counters["aot_autograd"]["autograd_cache_miss"])
 """
 
 
 def test_second_process_of_a_compiled_step_compiles_nothing(tmp_path):
+    """Nor does it trace again with AOTAutograd: its graphs come from AOTAutograd's
+    cache (under PyTorch's compile cache directory)."""
+
     def run_compiled():
         out = run_python(
             COMPILED_SCRIPT,
-            TORCH_TPU_CACHE_DIR=str(tmp_path),
+            TORCH_TPU_CACHE_DIR=str(tmp_path / "xla"),
+            TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch"),
             TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="compile_cache_"),
         )
         assert out.returncode == 0, out.stderr
         lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
-        return lines["VALUE"], *map(int, lines["COUNTS"].split())
+        return lines["VALUE"], *map(int, lines["COUNTS"].split()), *map(int, lines["AOT"].split())
 
-    value, compiles, loads = run_compiled()
+    value, compiles, loads, aot_hits, aot_misses = run_compiled()
     assert compiles > 0 and loads == 0
-    again, compiles2, loads2 = run_compiled()
+    assert aot_hits == 0 and aot_misses > 0
+    again, compiles2, loads2, aot_hits2, aot_misses2 = run_compiled()
     assert again == value
     assert compiles2 == 0 and loads2 == compiles
+    assert aot_hits2 == aot_misses and aot_misses2 == 0

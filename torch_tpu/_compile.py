@@ -10,6 +10,7 @@ op in the current eager mode, with a warning naming the reason.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from typing import Any
@@ -18,6 +19,7 @@ import torch
 
 from torch_tpu import _bounded, _C
 
+_EAGER_BACKWARD = "force_non_lazy_backward_lowering"  # an AOTAutograd option
 _IGNORED_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 _warned: set[str] = set()
 _TENSOR = object()  # where a tensor output goes in a graph's output template
@@ -141,6 +143,36 @@ def _compile_bounded_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Co
 
 
 @functools.cache
+def _cacheable_compiler():
+    """The compiler of AOTAutograd graphs in the form AOTAutograd's own cache stores
+    (bundled entries on disk, under PyTorch's compile cache directory): a later process
+    that traces the same Dynamo graph skips AOTAutograd's tracing and partitioning,
+    about half of a training step's warm first call."""
+    config = torch._functorch.config
+    try:
+        from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+
+        from torch_tpu._graph_code import GraphCode
+    except ImportError:
+        return None  # a PyTorch without it: graphs are traced in every process
+    if not all(hasattr(config, k) for k in ("bundled_autograd_cache", _EAGER_BACKWARD)):
+        return None
+    return SerializableAOTDispatchCompiler(GraphCode, lambda gm, example_inputs: GraphCode(gm))
+
+
+@functools.cache
+def _identity() -> str:
+    """Names this build of torch_tpu: the graphs AOTAutograd traced depend on the
+    lowering table (which ops are decomposed)."""
+    import hashlib
+    import os
+
+    stat = os.stat(_C.__file__)
+    build = f"{_C.__file__}:{stat.st_size}:{stat.st_mtime_ns}"
+    return "torch_tpu-" + hashlib.sha256(build.encode()).hexdigest()[:16]
+
+
+@functools.cache
 def _decompositions() -> dict:
     """Core ATen decompositions of the ops the lowering table does not have."""
     from torch._decomp import core_aten_decompositions
@@ -176,17 +208,34 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
             "or False (each new shape compiles its own program)"
         )
     _register_device_interface()
-    return aot_autograd(
-        fw_compiler=_compile_graph,
-        bw_compiler=_compile_graph,
-        # Bounded dynamism for inference graphs; a training graph's forward and
-        # backward still compile per size.
-        inference_compiler=(
-            _compile_bounded_graph if options.get("bounded_dynamism") else _compile_graph
-        ),
-        decompositions=_decompositions(),
-        keep_inference_input_mutations=True,
-    )(gm, example_inputs)
+    cacheable = _cacheable_compiler()
+    if options.get("bounded_dynamism"):
+        # Bounded dynamism for inference graphs, not cached (the cache's key does not
+        # hold the option); a training graph's forward and backward compile per size.
+        compilers = (_compile_graph, _compile_graph, _compile_bounded_graph)
+        caching = contextlib.nullcontext()
+    elif cacheable is None:
+        compilers = (_compile_graph,) * 3
+        caching = contextlib.nullcontext()
+    else:
+        compilers = (cacheable,) * 3
+        # AOTAutograd's cache key holds PyTorch's identity and configuration, not ours:
+        # this graph attribute (meant for Dynamo's precompile) carries it into the key.
+        gm._backend_id = _identity()
+        # Bundled entries hold the compiled graphs themselves (the default form names
+        # Inductor's own cache entries); the backward is compiled with the forward so
+        # that the entry is complete when AOTAutograd saves it.
+        caching = torch._functorch.config.patch(
+            {"bundled_autograd_cache": True, _EAGER_BACKWARD: True}
+        )
+    with caching:
+        return aot_autograd(
+            fw_compiler=compilers[0],
+            bw_compiler=compilers[1],
+            inference_compiler=compilers[2],
+            decompositions=_decompositions(),
+            keep_inference_input_mutations=True,
+        )(gm, example_inputs)
 
 
 def _has_tpu_tensor(inputs) -> bool:
