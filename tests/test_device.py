@@ -11,6 +11,11 @@ import torch
 
 import torch_tpu
 
+PLATFORM = torch_tpu.platform()
+cpu_platform_only = pytest.mark.skipif(
+    PLATFORM != "cpu", reason="TORCH_TPU_NUM_DEVICES sets the device count of the cpu platform only"
+)
+
 
 def run_python(code: str, **env) -> subprocess.CompletedProcess:
     full_env = dict(os.environ, **env)
@@ -50,7 +55,7 @@ def test_import_torch_tpu_first():
         """
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1", "cpu"]
+    assert out.stdout.split() == [str(torch.tpu.device_count()), PLATFORM]
 
 
 def test_backend_registration():
@@ -58,7 +63,7 @@ def test_backend_registration():
     assert torch.tpu is sys.modules["torch_tpu.device_module"]
     assert torch.backends.tpu.is_available()
     assert torch.backends.tpu.allow_excess_precision is False
-    assert torch_tpu.platform() == "cpu"
+    assert PLATFORM == torch_tpu._platform.select().platform
 
 
 # ---------------------------------------------------------------- tensors & modules
@@ -174,7 +179,8 @@ def test_device_module_queries():
     with torch.tpu.device(0):
         assert torch.tpu.current_device() == 0
     torch.tpu.synchronize()
-    assert "cpu" in torch.tpu.get_device_name().lower()
+    if PLATFORM != "tpu":  # a TPU's name is its kind ("TPU v6 lite")
+        assert torch.tpu.get_device_name().endswith(f"({PLATFORM} platform)")
     props = torch.tpu.get_device_properties(0)
     assert props.name == torch.tpu.get_device_name(0)
     assert props.total_memory > 0
@@ -260,6 +266,66 @@ def test_missing_plugin_is_reported_on_first_use_not_at_import():
     assert out.returncode == 0, out.stderr
     assert "imported False" in out.stdout
     assert "TORCH_TPU_PLUGIN=/nonexistent/plugin.so does not exist" in out.stdout
+
+
+def test_queries_and_seeding_start_no_backend(tmp_path):
+    # What PyTorch calls in programs that never touch a tpu tensor (torch.manual_seed seeds
+    # every registered backend) takes neither the device nor its lock, as with CUDA.
+    out = run_python(
+        """
+        import os, torch
+        torch.manual_seed(0)
+        torch.random.seed()
+        count = torch.tpu.device_count(), torch.tpu.is_available(), torch.accelerator.device_count()
+        torch.tpu.manual_seed_all(1)
+        torch.tpu.get_rng_state()
+        print(count, torch.tpu.is_initialized(), os.listdir(os.environ["TORCH_TPU_LOCK_DIR"]))
+        torch.ones(1, device="tpu").cpu()
+        print(torch.tpu.is_initialized(), os.listdir(os.environ["TORCH_TPU_LOCK_DIR"]))
+        """,
+        TORCH_TPU_LOCK_DIR=str(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        f"({torch.tpu.device_count()}, True, {torch.tpu.device_count()}) False []",
+        f"True ['torch_tpu-{PLATFORM}-0.lock']",
+    ]
+
+
+def test_a_plugin_that_cannot_start_raises_on_each_use(tmp_path):
+    not_a_plugin = tmp_path / "plugin.so"
+    not_a_plugin.write_text("not a shared object")
+    out = run_python(
+        """
+        import torch
+        for attempt in range(2):
+            try:
+                torch.zeros(1, device="tpu")
+            except RuntimeError as e:
+                print("ERROR", e)
+        """,
+        TORCH_TPU_PLUGIN=str(not_a_plugin),
+    )
+    assert out.returncode == 0, out.stderr
+    errors = out.stdout.splitlines()
+    assert len(errors) == 2 and errors[0] == errors[1], out.stdout
+    assert errors[0].startswith(f"ERROR the tpu device could not start on the {PLATFORM} platform")
+    assert f"(PJRT plugin {not_a_plugin}): cannot load PJRT plugin" in errors[0]
+
+
+def test_cuda_platform_without_visible_gpus_counts_none_without_starting():
+    out = run_python(
+        """
+        import torch
+        torch.manual_seed(0)
+        print(torch.tpu.device_count(), torch.tpu.is_available(), torch.tpu.is_initialized())
+        """,
+        TORCH_TPU_PLATFORM="cuda",
+        TORCH_TPU_PLUGIN=torch_tpu._platform.select().plugin,
+        CUDA_VISIBLE_DEVICES="",
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "False", "False"]
 
 
 @torch_tpu.eager_mode("strict")  # asynchronous one-op launches (debug raises at the op)
@@ -353,6 +419,7 @@ def test_program_cache_is_bounded():
     assert "ok" in out.stdout
 
 
+@cpu_platform_only
 def test_several_cpu_devices():
     out = run_python(
         """

@@ -28,15 +28,14 @@ __version__ = "0.1.0"
 
 def _configure_backend() -> _platform.Selection:
     selection = _platform.select()
-    if selection.platform == "cuda" and selection.plugin:
-        _platform.preload_cuda_libraries()
     problem = "" if selection.plugin else selection.reason
     raw = os.environ.get("TORCH_TPU_NUM_DEVICES", "1")
     devices = int(raw) if raw.isdigit() and int(raw) > 0 else 1
     if not (raw.isdigit() and int(raw) > 0):
         problem = f"TORCH_TPU_NUM_DEVICES={raw!r} is not a positive integer"
     plugin = "" if problem else selection.plugin
-    _C._configure(selection.platform, plugin, devices, problem)
+    libraries = _platform.cuda_libraries() if selection.platform == "cuda" else []
+    _C._configure(selection.platform, plugin, devices, problem, libraries)
     return selection
 
 

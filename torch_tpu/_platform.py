@@ -109,33 +109,31 @@ def select() -> Selection:
     return Selection(platform, plugin, "installed package")
 
 
-def preload_cuda_libraries() -> None:
-    """Loads the CUDA libraries of the nvidia-* wheels before the CUDA plugin needs them."""
-    import ctypes
+# What JAX loads before its CUDA plugin (jax_plugins/xla_cuda13), from the nvidia-*
+# wheels' folders (nvidia/<package>/lib): the plugin asks for them by name, and cuDNN
+# and NVRTC do not find their own companions there.
+_CUDA_LIBRARIES = (
+    ("cu13", "libcudart.so.13"),
+    ("cu13", "libnvrtc.so.13"),
+    ("cu13", "libcublas.so.13"),
+    ("cu13", "libcublasLt.so.13"),
+    ("nccl", "libnccl.so.2"),
+    ("cu13", "libcupti.so.13"),
+    ("cu13", "libcusparse.so.12"),
+    ("cu13", "libcusolver.so.12"),
+    ("cu13", "libcufft.so.12"),
+    ("nvshmem", "libnvshmem_host.so.3"),
+    ("cudnn", "libcudnn.so.9"),
+)
 
-    roots = [_package_dir("nvidia")]
-    names = [
-        "libcudart.so.13",
-        "libnvrtc.so.13",
-        "libcublas.so.13",
-        "libcublasLt.so.13",
-        "libnccl.so.2",
-        "libcupti.so.13",
-        "libcusparse.so.12",
-        "libcusolver.so.12",
-        "libcufft.so.12",
-        "libnvshmem_host.so.3",
-        "libcudnn.so.9",
+
+def cuda_libraries() -> list[str]:
+    """Paths of the CUDA libraries that the backend loads just before the CUDA plugin
+    (only found here: loading them at import would touch every CUDA user's process)."""
+    dirs = {package: _package_dir(f"nvidia.{package}") for package, _ in _CUDA_LIBRARIES}
+    paths = [
+        os.path.join(dirs[package], "lib", name)
+        for package, name in _CUDA_LIBRARIES
+        if dirs[package] is not None
     ]
-    dirs = []
-    for root in filter(None, roots):
-        dirs += glob.glob(os.path.join(root, "*", "lib")) + glob.glob(os.path.join(root, "lib"))
-    for name in names:
-        for d in dirs:
-            path = os.path.join(d, name)
-            if os.path.exists(path):
-                try:
-                    ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-                except OSError:
-                    pass
-                break
+    return [p for p in paths if os.path.isfile(p)]

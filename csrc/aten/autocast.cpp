@@ -10,6 +10,10 @@ namespace torch_tpu::aten {
 namespace {
 
 // The signatures in AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE name ATen types unqualified.
+// torch < 2.13 still lists the named-tensor overloads (2.13 removed Dimname).
+#if __has_include(<ATen/core/Dimname.h>)
+using at::DimnameList;
+#endif
 using at::IntArrayRef;
 using at::Scalar;
 using at::ScalarType;

@@ -7,13 +7,11 @@
 
 namespace torch_tpu::aten {
 
+// Never starts the backend: PyTorch asks for the count (seeding every device,
+// is_available, torch.accelerator) in programs that never use a tpu tensor.
 c10::DeviceIndex device_count() noexcept {
   try {
-    if (engine::Backend::started()) return engine::Backend::get().device_count();
-    const auto& config = engine::Backend::config();
-    if (config.plugin_path.empty()) return 0;
-    if (config.platform == "cpu") return std::max(1, config.cpu_devices);
-    return engine::Backend::get().device_count();
+    return static_cast<c10::DeviceIndex>(engine::Backend::visible_device_count());
   } catch (...) {
     return 0;
   }

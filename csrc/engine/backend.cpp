@@ -9,6 +9,8 @@
 
 #include "engine/metrics.h"
 #include "runtime/compile_options.h"
+#include "runtime/crash_note.h"
+#include "runtime/visible_devices.h"
 
 namespace torch_tpu::engine {
 
@@ -73,9 +75,43 @@ Backend& Backend::get() {
   auto& backend = instance();
   if (backend) return *backend;
   std::lock_guard<std::mutex> lock(start_mutex());
-  if (!backend) backend.reset(new Backend());
+  // Starting again would repeat the failure (and the plugin's own logging of it).
+  static std::unique_ptr<runtime::Error> failure;
+  if (failure) throw *failure;
+  if (!backend) {
+    try {
+      backend.reset(new Backend());
+    } catch (const runtime::Error& e) {
+      failure = std::make_unique<runtime::Error>(e);
+      throw;
+    }
+  }
   return *backend;
 }
+
+int Backend::visible_device_count() {
+  if (started()) return get().device_count();
+  const BackendConfig& c = config();
+  if (c.plugin_path.empty()) return 0;
+  if (c.platform == "cpu") return std::max(1, c.cpu_devices);
+  static const int census = runtime::count_visible_devices(c.platform);
+  return census;
+}
+
+namespace {
+
+std::unique_ptr<runtime::Client> start_client(const BackendConfig& c) {
+  runtime::CrashNote note("the " + c.platform + " platform's PJRT plugin " + c.plugin_path +
+                          " crashed while starting; TORCH_TPU_PLATFORM=cpu runs the tpu device "
+                          "on the CPU instead (see README: Devices and platforms)");
+  runtime::load_libraries(c.libraries);
+  const runtime::Plugin& plugin = runtime::Plugin::load(c.plugin_path);
+  runtime::ClientOptions options;
+  options.cpu_device_count = std::max(1, c.cpu_devices);
+  return std::make_unique<runtime::Client>(plugin, c.platform, options);
+}
+
+}  // namespace
 
 Backend::Backend() {
   const BackendConfig& c = config();
@@ -87,11 +123,14 @@ Backend::Backend() {
             " (see README: TORCH_TPU_PLATFORM, TORCH_TPU_PLUGIN)",
         5);
   }
-  const runtime::Plugin& plugin = runtime::Plugin::load(c.plugin_path);
-  runtime::ClientOptions options;
-  options.cpu_device_count = c.platform == "cpu" ? std::max(1, c.cpu_devices) : 0;
-  options.gpu_no_preallocate = true;
-  client_ = std::make_unique<runtime::Client>(plugin, c.platform, options);
+  try {
+    client_ = start_client(c);
+  } catch (const runtime::Error& e) {
+    throw runtime::Error("the tpu device could not start on the " + c.platform +
+                             " platform (PJRT plugin " + c.plugin_path + "): " + e.what(),
+                         e.code());
+  }
+  const runtime::Plugin& plugin = client_->plugin();
   for (int i = 0; i < client_->device_count(); ++i) {
     locks_.push_back(std::make_unique<runtime::DeviceLock>(c.platform, i, client_->device_count()));
   }

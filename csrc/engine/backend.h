@@ -22,6 +22,9 @@ struct BackendConfig {
   std::string plugin_path;  // the PJRT plugin to load
   int cpu_devices = 1;      // devices of the CPU platform
   std::string problem;      // why no plugin can be used (reported on first use)
+  // Shared libraries the plugin finds only once they are loaded (the CUDA
+  // libraries of the nvidia-* wheels), loaded just before it.
+  std::vector<std::string> libraries;
 };
 
 class Backend {
@@ -30,9 +33,14 @@ class Backend {
   // $TORCH_TPU_PLUGIN are used.
   static void configure(BackendConfig config);
   static const BackendConfig& config();
-  // Starts the backend on first use (loads the plugin, locks the devices).
+  // Starts the backend on first use (loads the plugin, locks the devices). A
+  // backend that failed to start raises the same error on every later use.
   static Backend& get();
   static bool started();
+  // Devices the platform shows, known without starting: the client's count
+  // once started; before, the CPU platform's configured count or the
+  // platform's own census (runtime/visible_devices.h); 0 without a plugin.
+  static int visible_device_count();
 
   runtime::Client& client() { return *client_; }
   const std::string& platform() const { return config().platform; }

@@ -93,15 +93,14 @@ py::dict plugin_info() {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native extension";
   m.def("_configure", [](const std::string& platform, const std::string& plugin, int cpu_devices,
-                         const std::string& problem) {
-    engine::Backend::configure({platform, plugin, cpu_devices, problem});
+                         const std::string& problem, const std::vector<std::string>& libraries) {
+    engine::Backend::configure({platform, plugin, cpu_devices, problem, libraries});
   });
   m.def("_register_ops", &aten::register_lowered_ops);
   m.def("_lowered_ops", &aten::lowered_op_names);
   m.def("_rule_names", &lower::rule_names);
   m.def("_is_started", &engine::Backend::started);
-  m.def(
-      "_start", [] { backend(); }, py::call_guard<py::gil_scoped_release>());
+  m.def("_start", [] { backend(); }, py::call_guard<py::gil_scoped_release>());
   m.def("_device_count", [] { return static_cast<int>(aten::device_count()); });
   m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
   m.def("_set_device", [](int device) {

@@ -226,6 +226,35 @@ PJRT_NamedValue bool_option(const char* name, bool value) {
   return v;
 }
 
+PJRT_NamedValue float_option(const char* name, float value) {
+  auto v = scalar_option(name, PJRT_NamedValue_kFloat);
+  v.float_value = value;
+  return v;
+}
+
+PJRT_NamedValue string_option(const char* name, const char* value) {
+  auto v = scalar_option(name, PJRT_NamedValue_kString);
+  v.string_value = value;
+  v.value_size = std::strlen(value);
+  return v;
+}
+
+// Each plugin rejects option names it does not know, so each platform gets
+// its own. The CUDA plugin's are those JAX passes it (platform name, the BFC
+// allocator), except that memory is taken as needed rather than preallocated.
+std::vector<PJRT_NamedValue> create_options(const std::string& platform,
+                                            const ClientOptions& options) {
+  if (platform == "cpu" && options.cpu_device_count > 0) {
+    return {int_option("cpu_device_count", options.cpu_device_count)};
+  }
+  if (platform == "cuda") {
+    return {string_option("platform_name", "cuda"), string_option("allocator", "bfc"),
+            bool_option("preallocate", false),
+            float_option("memory_fraction", options.gpu_memory_fraction)};
+  }
+  return {};
+}
+
 std::string client_string(const Plugin& plugin, PJRT_Client* client, Fn fn, const char* what) {
   auto args = TPU_ARGS(PJRT_Client_String_Args, value_size);
   args.client = client;
@@ -237,17 +266,10 @@ std::string client_string(const Plugin& plugin, PJRT_Client* client, Fn fn, cons
 
 Client::Client(const Plugin& plugin, const std::string& platform, const ClientOptions& options)
     : plugin_(&plugin) {
-  // Each plugin validates option names, so only pass the ones it knows.
-  std::vector<PJRT_NamedValue> create_options;
-  if (platform == "cpu" && options.cpu_device_count > 0) {
-    create_options.push_back(int_option("cpu_device_count", options.cpu_device_count));
-  }
-  if (platform == "cuda" && options.gpu_no_preallocate) {
-    create_options.push_back(bool_option("preallocate", false));
-  }
+  std::vector<PJRT_NamedValue> named = create_options(platform, options);
   auto args = TPU_ARGS(PJRT_Client_Create_Args, kv_try_get_user_arg);
-  args.create_options = create_options.data();
-  args.num_options = create_options.size();
+  args.create_options = named.data();
+  args.num_options = named.size();
   plugin.call(Fn::ClientCreate, &args, "PJRT_Client_Create");
   client_ = args.client;
 

@@ -120,8 +120,11 @@ struct MemoryStats {
 struct ClientOptions {
   // Number of devices of the CPU plugin ("cpu_device_count"); 0: default.
   int64_t cpu_device_count = 0;
-  // GPU plugin: do not grab most of the device memory up front.
-  bool gpu_no_preallocate = false;
+  // CUDA plugin: the share of each GPU's memory its allocator may grow to. It
+  // takes memory as needed, not up front (PyTorch's CUDA allocator does too),
+  // and leaves some for other users of the GPU in the process (PyTorch's CUDA
+  // tensors, cuDNN and cuBLAS workspaces).
+  float gpu_memory_fraction = 0.9f;
 };
 
 class Client {

@@ -83,6 +83,10 @@ Plugin::Plugin(std::string path) : path_(std::move(path)) {
   }
 }
 
+void load_libraries(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+}
+
 std::string Plugin::version_string() const {
   return std::to_string(major_) + "." + std::to_string(minor_);
 }

@@ -104,6 +104,11 @@ class Plugin {
   std::vector<std::pair<std::string, std::string>> attributes_;
 };
 
+// Loads each of `paths` (kept for the life of the process) so that a plugin
+// asking for the library by name gets this copy; a file that is missing or
+// does not load is skipped, and the plugin reports what it then lacks.
+void load_libraries(const std::vector<std::string>& paths);
+
 // Zero-initialised argument struct with struct_size set, as every call needs.
 template <class Args>
 Args make_args(size_t struct_size) {

@@ -7,15 +7,23 @@
 
 namespace torch_tpu::testing {
 
+const std::string& test_platform() {
+  static const std::string platform = [] {
+    const char* name = std::getenv("TORCH_TPU_PLATFORM");
+    return std::string(name && *name && std::strcmp(name, "auto") != 0 ? name : "cpu");
+  }();
+  return platform;
+}
+
 runtime::Client& test_client() {
   static std::unique_ptr<runtime::Client> client = [] {
     const char* path = std::getenv("TORCH_TPU_PLUGIN");
     if (!path || !*path) {
-      throw std::runtime_error("set TORCH_TPU_PLUGIN to the CPU PJRT plugin (make cpp-test does)");
+      throw std::runtime_error("set TORCH_TPU_PLUGIN to a PJRT plugin (make cpp-test does)");
     }
     runtime::ClientOptions options;
     options.cpu_device_count = 2;
-    return std::make_unique<runtime::Client>(runtime::Plugin::load(path), "cpu", options);
+    return std::make_unique<runtime::Client>(runtime::Plugin::load(path), test_platform(), options);
   }();
   return *client;
 }

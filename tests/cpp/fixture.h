@@ -1,7 +1,9 @@
-// Shared client for the C++ tests: the CPU plugin named by $TORCH_TPU_PLUGIN
-// (the Makefile sets it from the installed plugin package).
+// Shared client for the C++ tests: the plugin named by $TORCH_TPU_PLUGIN, for
+// the platform $TORCH_TPU_PLATFORM (default cpu; the Makefile sets both from
+// the platform selection). The CPU platform gets two devices.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "hlo/builder.h"
@@ -10,6 +12,7 @@
 
 namespace torch_tpu::testing {
 
+const std::string& test_platform();
 runtime::Client& test_client();
 
 // Compiles `b` returning `results`, runs it on device 0 with `inputs` and

@@ -17,7 +17,7 @@ std::vector<TestCase>& registry() {
 // failed.
 int main(int argc, char** argv) {
   const char* filter = argc > 1 ? argv[1] : "";
-  int passed = 0, failed = 0;
+  int passed = 0, failed = 0, skipped = 0;
   for (const auto& test : torch_tpu::testing::registry()) {
     if (!std::strstr(test.name, filter)) continue;
     auto start = std::chrono::steady_clock::now();
@@ -28,11 +28,14 @@ int main(int argc, char** argv) {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count();
       std::printf("[ OK ] %s (%.0f ms)\n", test.name, ms);
+    } catch (const torch_tpu::testing::Skipped& skip) {
+      ++skipped;
+      std::printf("[SKIP] %s (%s)\n", test.name, skip.reason.c_str());
     } catch (const std::exception& e) {
       ++failed;
       std::printf("[FAIL] %s\n       %s\n", test.name, e.what());
     }
   }
-  std::printf("%d passed, %d failed\n", passed, failed);
+  std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }

@@ -24,6 +24,11 @@ struct Register {
   }
 };
 
+// Thrown by SKIP_UNLESS: the test does not apply to this platform.
+struct Skipped {
+  std::string reason;
+};
+
 [[noreturn]] inline void fail(const std::string& what, const char* file, int line) {
   std::ostringstream s;
   s << file << ":" << line << ": " << what;
@@ -38,6 +43,11 @@ struct Register {
   static void TPU_CAT(test_, name)();                                                          \
   static ::torch_tpu::testing::Register TPU_CAT(register_, name)(#name, TPU_CAT(test_, name)); \
   static void TPU_CAT(test_, name)()
+
+#define SKIP_UNLESS(cond, reason)                             \
+  do {                                                        \
+    if (!(cond)) throw ::torch_tpu::testing::Skipped{reason}; \
+  } while (0)
 
 #define CHECK(cond)                                                                  \
   do {                                                                               \

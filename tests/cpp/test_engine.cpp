@@ -43,7 +43,7 @@ const ViewCase kCases[] = {
 void start_backend() {
   static bool started = [] {
     setenv("TORCH_TPU_LOCK_DIR", "/tmp/torch_tpu_cpp_test_locks", 1);
-    engine::Backend::configure({"cpu", std::getenv("TORCH_TPU_PLUGIN"), 1, ""});
+    engine::Backend::configure({testing::test_platform(), std::getenv("TORCH_TPU_PLUGIN"), 1, ""});
     return true;
   }();
   (void)started;

@@ -1,24 +1,31 @@
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "fixture.h"
 #include "harness.h"
+#include "runtime/crash_note.h"
 #include "runtime/device_lock.h"
+#include "runtime/visible_devices.h"
 
 using namespace torch_tpu;
 using torch_tpu::testing::test_client;
 
 TEST(runtime_plugin_reports_version_and_platform) {
   auto& client = test_client();
-  CHECK_EQ(client.platform_name(), std::string("cpu"));
+  CHECK_EQ(client.platform_name(), testing::test_platform());
   CHECK(client.plugin().minor_version() >= 40);
   CHECK(!client.plugin().attribute("stablehlo_current_version").empty());
-  CHECK_EQ(client.device_count(), 2);
+  CHECK(client.device_count() >= 1);
+  if (testing::test_platform() == "cpu") CHECK_EQ(client.device_count(), 2);
   CHECK(!client.device_info(0).kind.empty());
 }
 
@@ -32,6 +39,7 @@ TEST(runtime_host_device_round_trip) {
 }
 
 TEST(runtime_device_to_device_copy) {
+  SKIP_UNLESS(test_client().device_count() >= 2, "one device");
   auto buffer = testing::upload_f32({7, 8}, {2});
   auto copy = test_client().copy_to_device(*buffer, 1);
   CHECK_EQ(copy->device(), 1);
@@ -47,6 +55,7 @@ TEST(runtime_compile_error_carries_plugin_message) {
 }
 
 TEST(runtime_execute_on_second_device_with_donation) {
+  SKIP_UNLESS(test_client().device_count() >= 2, "one device");
   hlo::Builder b;
   auto x = b.parameter({ElementType::F32, {3}});
   b.alias_output(0, 0);
@@ -63,7 +72,8 @@ TEST(runtime_execute_on_second_device_with_donation) {
 }
 
 // A buffer using host memory: on the CPU platform the memory itself (a change
-// made behind its back shows), released once, after the last use.
+// made behind its back shows; other platforms copy it), released once, after
+// the last use.
 TEST(runtime_buffer_using_host_uses_the_memory_until_released) {
   hlo::Builder b;
   auto x = b.parameter({ElementType::F32, {16}});
@@ -79,8 +89,10 @@ TEST(runtime_buffer_using_host_uses_the_memory_until_released) {
   launch.done.await("launch");
   std::vector<float> back(16);
   launch.outputs[0]->to_host(back.data()).await("copy back");
-  CHECK_EQ(back[15], 200.0f);
-  CHECK_EQ(released.load(), 0);
+  if (testing::test_platform() == "cpu") {
+    CHECK_EQ(back[15], 200.0f);
+    CHECK_EQ(released.load(), 0);
+  }
   input.reset();
   for (int i = 0; i < 1000 && !released.load(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -125,4 +137,64 @@ TEST(runtime_device_lock_is_per_host_device_under_a_launcher) {
   }
   CHECK(refused);
   unsetenv("LOCAL_RANK");
+}
+
+TEST(runtime_cuda_visible_devices_follow_the_driver_rules) {
+  CHECK_EQ(runtime::cuda_visible_count(nullptr, 4), 4);
+  CHECK_EQ(runtime::cuda_visible_count("", 4), 0);
+  CHECK_EQ(runtime::cuda_visible_count("1,3", 4), 2);
+  CHECK_EQ(runtime::cuda_visible_count("0, 2", 4), 2);
+  CHECK_EQ(runtime::cuda_visible_count("2,7,1", 4), 1);   // stops at the first out of range
+  CHECK_EQ(runtime::cuda_visible_count("0,-1,1", 4), 1);  // and at a negative one
+  CHECK_EQ(runtime::cuda_visible_count("1gpu,0", 4), 2);  // leading digits count
+  CHECK_EQ(runtime::cuda_visible_count("0,0", 4), 0);     // a repeat hides all
+  CHECK_EQ(runtime::cuda_visible_count("GPU-6f2a", 4), -1);
+}
+
+TEST(runtime_tpu_chips_are_counted_from_device_files) {
+  char dir[] = "/tmp/torch_tpu_dev_XXXXXX";
+  CHECK(mkdtemp(dir) != nullptr);
+  std::string dev = dir;
+  CHECK_EQ(runtime::tpu_visible_count(nullptr, dev), 0);
+  for (const char* name : {"/vfio", "/vfio/0", "/vfio/1", "/vfio/vfio"}) {
+    CHECK(mkdir((dev + name).c_str(), 0700) == 0);
+  }
+  CHECK_EQ(runtime::tpu_visible_count(nullptr, dev), 2);
+  for (const char* name : {"/accel0", "/accel1", "/accel2"}) {
+    CHECK(mkdir((dev + name).c_str(), 0700) == 0);
+  }
+  CHECK_EQ(runtime::tpu_visible_count(nullptr, dev), 3);
+  CHECK_EQ(runtime::tpu_visible_count("0", dev), 1);
+  CHECK_EQ(runtime::tpu_visible_count("0,1", dev), 2);
+  std::filesystem::remove_all(dev);
+}
+
+// A crash while a CrashNote is alive prints the note, then dies of the same
+// signal; once the note is gone, nothing is printed.
+TEST(runtime_crash_note_is_printed_before_a_fatal_signal) {
+  for (bool alive : {true, false}) {
+    int pipe_fds[2];
+    CHECK(pipe(pipe_fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(pipe_fds[1], STDERR_FILENO);
+      {
+        runtime::CrashNote gone("not this one");
+      }
+      std::optional<runtime::CrashNote> note;
+      if (alive) note.emplace("starting the test plugin");
+      raise(SIGSEGV);
+      _exit(0);
+    }
+    close(pipe_fds[1]);
+    std::string out;
+    char buf[256];
+    for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof(buf))) > 0;) out.append(buf, n);
+    close(pipe_fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+    CHECK_EQ(out.find("torch_tpu: starting the test plugin") != std::string::npos, alive);
+    CHECK(out.find("not this one") == std::string::npos);
+  }
 }
