@@ -50,7 +50,7 @@ cpp-test: build
 # its own build folder, leaving the package's _C alone. ~3 min on 2 cores cold
 # (the download is ~530 MB); not part of `make test`.
 TORCH_MIN ?= 2.11.0
-TORCH_MIN_DIR ?= $(HOME)/.cache/torch_tpu/torch-$(TORCH_MIN)
+TORCH_MIN_DIR ?= $(HOME)/.cache/torch_tpu_torch-$(TORCH_MIN)
 check-torch-min: $(STAMP)
 	@test -f $(TORCH_MIN_DIR)/torch/lib/libtorch.so || { \
 		mkdir -p $(TORCH_MIN_DIR) && \

@@ -16,6 +16,8 @@ a log per stage:
   cpp     the C++ tests against the selected plugin
   pytest  a subset of the suite on the platform (pytest-xdist; each worker takes its own
           lock directory, see tests/conftest.py)
+  bench   benchmarks/gpu_train.py, a GPT training step against PyTorch's own backend
+          (--bench: which variants; the full comparison is that script's own run)
 
 Stages left without time are reported as skipped. The platform is TORCH_TPU_PLATFORM's
 (default: auto, i.e. the machine's accelerator, else the CPU). `make device-check` runs it
@@ -47,6 +49,11 @@ PYTEST_FILES = [
     "tests/test_compile.py",
     "tests/test_amp.py",
 ]
+
+# The benchmark's variants that fit the check's time: the compiled step against Inductor
+# and the host overhead of one op.
+BENCH_VARIANTS = "ref-inductor,tpu-compile,overhead-ref,overhead-tpu"
+BENCH_SECONDS = 180
 
 START_PYTHON = """
 import torch, torch_tpu
@@ -173,6 +180,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--workers", type=int, default=min(8, max(1, (os.cpu_count() or 2) // 2)))
     parser.add_argument("--pytest", nargs="*", default=PYTEST_FILES, help="test files (or -k ...)")
+    parser.add_argument("--bench", default=BENCH_VARIANTS, help="gpu_train.py variants ('': none)")
     args = parser.parse_args()
 
     check = Check(Path(args.out), args.budget)
@@ -272,10 +280,23 @@ def main() -> int:
             *args.pytest,
         ],
         "pytest.log",
-        limit=max(60, check.left() - 10),
+        limit=max(60, check.left() - (BENCH_SECONDS if args.bench else 10)),
         env=env,
         tail=40,
     )
+    if args.bench:
+        budget = check.left() - 15
+        rc = check.run(
+            "benchmark: GPT training step",
+            [py, "benchmarks/gpu_train.py", "--variants", args.bench, f"--budget={budget}"],
+            "bench.log",
+            limit=budget + 10,
+            env=env,
+            tail=20,
+        )
+        if rc == 0:  # the table (a failure's tail is there already)
+            table = (check.out / "bench.log").read_text().splitlines()[-8:]
+            check.summary.write("".join(f"        | {x}\n" for x in table))
     check.note(f"done: {check.failed} stage(s) failed")
     return 1 if check.failed else 0
 

@@ -14,44 +14,48 @@ namespace {
 // given precision_config, returning `result` elements.
 using Product = std::function<Value(const Value&, const Value&, Precision, ElementType)>;
 
-// Rounds float32 values to the nearest bfloat16 (ties to even), keeping them
-// in float32. Spelled in integer arithmetic on the bits rather than as a
-// convert pair: XLA's CPU backend converts to bfloat16 one element at a time,
+// float32 to bfloat16, to nearest (ties to even), as PyTorch and a TPU's
+// matrix unit round. Spelled in integer arithmetic on the bits rather than as
+// a convert: XLA's CPU backend converts to bfloat16 one element at a time,
 // which cost a transformer training step a fifth of its time; the integer
-// form vectorises on every platform. NaNs stay NaNs (the carry would turn
-// some into infinities or zeros).
-Value round_to_bf16(Builder& b, const Value& x) {
+// form vectorises on every platform. A NaN stays a NaN (its top bits, made
+// quiet: the rounding carry would turn some into infinities).
+Value to_bf16(Builder& b, const Value& x) {
   if (const Builder::Transposed* t = b.transposed(x)) {
-    return b.transpose(round_to_bf16(b, t->operand), t->permutation);
+    return b.transpose(to_bf16(b, t->operand), t->permutation);
   }
   Shape bits_shape{ElementType::U32, x.shape.dims};
   auto u32 = [&](double v) { return b.full(bits_shape, v); };
+  auto shift_right = [&](const Value& v) { return b.binary("shift_right_logical", v, u32(16)); };
   Value bits = b.bitcast_convert(x, ElementType::U32);
-  Value lsb = b.and_(b.binary("shift_right_logical", bits, u32(16)), u32(1));
-  Value rounded = b.and_(b.add(b.add(bits, u32(0x7FFF)), lsb), u32(0xFFFF0000u));
-  Value is_nan = b.compare(x, x, hlo::Comparison::NE);
-  return b.select(is_nan, x, b.bitcast_convert(rounded, ElementType::F32));
+  Value lsb = b.and_(shift_right(bits), u32(1));
+  Value rounded = shift_right(b.add(b.add(bits, u32(0x7FFF)), lsb));
+  Value quiet_nan = b.or_(shift_right(bits), u32(0x40));
+  Value top = b.select(b.compare(x, x, hlo::Comparison::NE), quiet_nan, rounded);
+  return b.bitcast_convert(b.convert(top, ElementType::U16), ElementType::BF16);
 }
 
 // x = hi + lo with hi = bf16(x), lo = bf16(x - hi): the two bf16 terms of a
 // TPU's multi-pass float32 product (x - hi is exact in float32).
 std::pair<Value, Value> split_bf16(Builder& b, const Value& x) {
-  Value hi = round_to_bf16(b, x);
-  return {hi, round_to_bf16(b, b.sub(x, hi))};
+  Value hi = to_bf16(b, x);
+  return {hi, to_bf16(b, b.sub(x, b.convert(hi, ElementType::F32)))};
 }
 
-// A float32 product with TPU numerics, spelled out for platforms whose
-// matrix units ignore precision_config. Each pass multiplies bf16 values
-// exactly and accumulates in float32, as the MXU does; each asks for HIGHEST
-// so that no platform substitutes a faster, less precise mode (TF32 on GPUs).
-Value emulated_f32(Precision p, const Value& lhs, const Value& rhs, Builder& b,
-                   const Product& product) {
+// A float32 product as a TPU's matrix unit computes it, for platforms whose
+// matrix units ignore precision_config: products of bf16 operands (exact),
+// accumulated in float32, so on a GPU they run on the tensor cores. DEFAULT
+// is one such product, HIGH three (bf16x3); HIGHEST multiplies float32 and
+// asks for HIGHEST so that no platform substitutes a faster, less precise
+// mode (TF32 on GPUs).
+Value f32_product(Precision p, const Value& lhs, const Value& rhs, Builder& b,
+                  const Product& product) {
   auto pass = [&](const Value& l, const Value& r) {
-    return product(l, r, Precision::Highest, ElementType::F32);
+    return product(l, r, Precision::Default, ElementType::F32);
   };
   switch (p) {
     case Precision::Default:
-      return pass(round_to_bf16(b, lhs), round_to_bf16(b, rhs));
+      return pass(to_bf16(b, lhs), to_bf16(b, rhs));
     case Precision::High: {
       auto [lhs_hi, lhs_lo] = split_bf16(b, lhs);
       auto [rhs_hi, rhs_lo] = split_bf16(b, rhs);
@@ -62,13 +66,13 @@ Value emulated_f32(Precision p, const Value& lhs, const Value& rhs, Builder& b,
     case Precision::Highest:
       break;
   }
-  return pass(lhs, rhs);
+  return product(lhs, rhs, Precision::Highest, ElementType::F32);
 }
 
 // complex64 = two float32 parts: four real products at the same precision.
 Value emulated_c64(Precision p, const Value& lhs, const Value& rhs, Builder& b,
                    const Product& product) {
-  auto real = [&](const Value& l, const Value& r) { return emulated_f32(p, l, r, b, product); };
+  auto real = [&](const Value& l, const Value& r) { return f32_product(p, l, r, b, product); };
   Value lr = b.real(lhs), li = b.imag(lhs), rr = b.real(rhs), ri = b.imag(rhs);
   return b.complex(b.sub(real(lr, rr), real(li, ri)), b.add(real(lr, ri), real(li, rr)));
 }
@@ -84,21 +88,16 @@ Value with_precision(Context& c, Value lhs, Value rhs, ElementType result, const
     if (c.platform() == "tpu") {
       out = product(lhs, rhs, c.precision(), t);
     } else if (t == ElementType::F32) {
-      out = emulated_f32(c.precision(), lhs, rhs, b, product);
+      out = f32_product(c.precision(), lhs, rhs, b, product);
     } else if (c.precision() == Precision::Highest) {
       out = product(lhs, rhs, Precision::Highest, t);
     } else {
       out = emulated_c64(c.precision(), lhs, rhs, b, product);
     }
   } else if (t == ElementType::BF16 || t == ElementType::F16) {
-    // PyTorch accumulates half types in float32. A TPU multiplies bf16
-    // natively; elsewhere float32 operands keep every product exact.
-    if (c.platform() == "tpu") {
-      out = product(lhs, rhs, Precision::Highest, ElementType::F32);
-    } else {
-      out = product(convert(b, lhs, ElementType::F32), convert(b, rhs, ElementType::F32),
-                    Precision::Highest, ElementType::F32);
-    }
+    // PyTorch accumulates half types in float32; the products are exact in it.
+    // HIGHEST keeps a TPU from rounding float16 operands to bfloat16.
+    out = product(lhs, rhs, Precision::Highest, ElementType::F32);
   } else {
     // f64, c128 and integers (which wrap like PyTorch's in their own type).
     out = product(lhs, rhs, Precision::Highest, t);

@@ -93,3 +93,50 @@ TEST(lower_every_rule_name_is_unique_and_has_a_function) {
   if (!duplicates.empty()) testing::fail("registered twice: " + duplicates[0], __FILE__, __LINE__);
   for (const auto& name : names) CHECK(lower::find_rule(name)->fn != nullptr);
 }
+
+namespace {
+
+int count(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// The program of mm([4,8] x [8,3]) of `type` at `precision` on `platform`.
+std::string mm_program(E type, hlo::Precision precision, const std::string& platform) {
+  hlo::Builder b;
+  Operand x{b.parameter({type, {4, 8}}), type, Category::Tensor};
+  Operand y{b.parameter({type, {8, 3}}), type, Category::Tensor};
+  lower::Context ctx(b, "aten::mm", precision, platform, {{type, {4, 3}}});
+  lower::Arg lhs, rhs;
+  lhs.is_operand = rhs.is_operand = true;
+  lhs.operands = {x};
+  rhs.operands = {y};
+  return b.module_text(lower::find_rule("mm")->fn(ctx, lower::Args({lhs, rhs})));
+}
+
+}  // namespace
+
+// A TPU's float32 arithmetic spelled out for matrix units that ignore
+// precision_config: products of bfloat16 operands summed in float32 (a GPU's
+// tensor cores), one for DEFAULT, three for HIGH; HIGHEST multiplies float32.
+TEST(lower_f32_products_are_bf16_dots_with_f32_sums) {
+  const std::string bf16_dot = "(tensor<4x8xbf16>, tensor<8x3xbf16>) -> tensor<4x3xf32>";
+  const std::string f32_dot = "(tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>";
+  for (const char* platform : {"cuda", "cpu"}) {
+    std::string fast = mm_program(E::F32, hlo::Precision::Default, platform);
+    CHECK_EQ(count(fast, bf16_dot), 1);
+    CHECK_EQ(count(fast, f32_dot), 0);
+    CHECK_EQ(count(mm_program(E::F32, hlo::Precision::High, platform), bf16_dot), 3);
+    std::string exact = mm_program(E::F32, hlo::Precision::Highest, platform);
+    CHECK_EQ(count(exact, bf16_dot), 0);
+    CHECK_EQ(count(exact, f32_dot), 1);
+    CHECK(exact.find("precision HIGHEST") != std::string::npos);
+    // Half types go to the matrix units as they are, summing in float32.
+    CHECK_EQ(count(mm_program(E::BF16, hlo::Precision::Default, platform), bf16_dot), 1);
+  }
+  // A TPU is asked for its own arithmetic.
+  std::string tpu = mm_program(E::F32, hlo::Precision::Default, "tpu");
+  CHECK_EQ(count(tpu, f32_dot), 1);
+  CHECK(tpu.find("precision DEFAULT") != std::string::npos);
+}
