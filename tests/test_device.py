@@ -328,6 +328,57 @@ def test_cuda_platform_without_visible_gpus_counts_none_without_starting():
     assert out.stdout.split() == ["0", "False", "False"]
 
 
+def test_a_process_forked_after_the_start_gets_a_clear_error_not_a_hang():
+    # As CUDA: the child raises at its first device use (the plugin's threads stayed with
+    # the parent); freeing inherited tensors and seeding still work; the parent goes on.
+    out = run_python(
+        """
+        import gc, os, torch
+        x = torch.ones(2, device="tpu") + 1
+        x.cpu()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                msg = f"child: {torch.tpu._is_in_bad_fork()} {torch.tpu.device_count()}"
+                del x
+                gc.collect()
+                torch.manual_seed(1)
+                try:
+                    torch.ones(2, device="tpu") + 1
+                    msg += " no error"
+                except RuntimeError as e:
+                    msg += " " + str(e).split(":")[0]
+                print(msg, flush=True)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        print("parent:", torch.tpu._is_in_bad_fork(), (x + 1).cpu().tolist())
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        f"child: True {torch.tpu.device_count()} Cannot re-initialize tpu in forked subprocess",
+        "parent: False [3.0, 3.0]",
+    ]
+
+
+def test_dataloader_workers_beside_device_work():
+    out = run_python(
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        weight = torch.ones(4, device="tpu")
+        total = torch.zeros(4, device="tpu")
+        data = TensorDataset(torch.arange(32.0).reshape(8, 4))
+        for (batch,) in DataLoader(data, batch_size=2, num_workers=2):
+            total += (batch.to("tpu") * weight).sum(0)
+        print(total.cpu().tolist())
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == "[112.0, 120.0, 128.0, 136.0]"
+
+
 @torch_tpu.eager_mode("strict")  # asynchronous one-op launches (debug raises at the op)
 def test_asynchronous_failure_names_the_op():
     x = torch.ones(4, device="tpu")
@@ -417,6 +468,26 @@ def test_program_cache_is_bounded():
     )
     assert out.returncode == 0, out.stderr
     assert "ok" in out.stdout
+
+
+@cpu_platform_only
+@pytest.mark.parametrize("value", ["0", "300"])
+def test_num_devices_out_of_range_is_reported_on_first_use(value):
+    out = run_python(
+        """
+        import torch
+        print(torch.tpu.device_count())
+        try:
+            torch.ones(1, device="tpu")
+        except RuntimeError as e:
+            print(e)
+        """,
+        TORCH_TPU_NUM_DEVICES=value,
+    )
+    assert out.returncode == 0, out.stderr
+    count, error = out.stdout.splitlines()
+    assert count == "0"
+    assert f"TORCH_TPU_NUM_DEVICES='{value}' is not an integer from 1 to 64" in error
 
 
 @cpu_platform_only

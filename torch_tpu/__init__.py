@@ -26,13 +26,17 @@ from . import _C, _platform  # noqa: E402
 __version__ = "0.1.0"
 
 
+# Devices the CPU platform may be asked for (PyTorch's device index is 8 bits).
+_MAX_CPU_DEVICES = 64
+
+
 def _configure_backend() -> _platform.Selection:
     selection = _platform.select()
     problem = "" if selection.plugin else selection.reason
     raw = os.environ.get("TORCH_TPU_NUM_DEVICES", "1")
-    devices = int(raw) if raw.isdigit() and int(raw) > 0 else 1
-    if not (raw.isdigit() and int(raw) > 0):
-        problem = f"TORCH_TPU_NUM_DEVICES={raw!r} is not a positive integer"
+    devices = int(raw) if raw.isdigit() and 0 < int(raw) <= _MAX_CPU_DEVICES else 1
+    if devices != (int(raw) if raw.isdigit() else None):
+        problem = f"TORCH_TPU_NUM_DEVICES={raw!r} is not an integer from 1 to {_MAX_CPU_DEVICES}"
     plugin = "" if problem else selection.plugin
     libraries = _platform.cuda_libraries() if selection.platform == "cuda" else []
     _C._configure(selection.platform, plugin, devices, problem, libraries)

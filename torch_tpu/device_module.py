@@ -274,7 +274,8 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """True in a process forked after the backend started: it cannot use the device."""
+    return _C._is_in_bad_fork()
 
 
 # ---------------------------------------------------------------- memory

@@ -6,6 +6,8 @@
 #include <functional>
 #include <unordered_map>
 
+#include "aten/argument_checks.h"
+
 namespace torch_tpu::aten {
 
 namespace {
@@ -100,23 +102,6 @@ const std::unordered_map<std::string, Check>& checks() {
       {"aten::nll_loss2d_forward", nll_loss},
   };
   return table;
-}
-
-// "aten::scatter_.src", "aten::gather.out" -> the functional name.
-std::string functional_name(const std::string& name) {
-  std::string base = name, overload;
-  auto dot = name.find('.', 6);
-  if (dot != std::string::npos) {
-    base = name.substr(0, dot);
-    overload = name.substr(dot + 1);
-  }
-  if (base.back() == '_' && base != "aten::_index_put_impl_") base.pop_back();
-  if (base == "aten::_index_put_impl_") base = "aten::_index_put_impl";
-  if (overload == "out") overload.clear();
-  if (overload.size() > 4 && overload.compare(overload.size() - 4, 4, "_out") == 0) {
-    overload.resize(overload.size() - 4);
-  }
-  return overload.empty() ? base : base + "." + overload;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <unordered_map>
 
+#include "aten/argument_checks.h"
 #include "aten/cpu_fallback.h"
 #include "aten/data_dependent.h"
 #include "aten/debug_checks.h"
@@ -41,6 +42,7 @@ struct Binding {
   int generator_arg = -1;
   bool has_tensor_inputs = false;  // else a factory: scalars may shape the result
   ArgumentRewrite rewrite = nullptr;
+  ArgumentCheck argument_check = nullptr;
   // Meta results by argument signature: the meta kernel runs once per signature.
   mutable std::mutex meta_mutex;
   mutable std::unordered_map<std::string, MetaResult> meta_cache;
@@ -74,6 +76,7 @@ void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Ru
   b.name = full_name(schema.operator_name());
   b.rule_args = rule_args;
   b.rewrite = find_argument_rewrite(b.name);
+  b.argument_check = find_argument_check(b.name);
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (is_write(args[i]) || written_without_annotation(b.name, i)) b.mutated.push_back(i);
@@ -592,6 +595,11 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // PyTorch's meta kernel validates the call and describes the results.
   std::optional<MetaResult> meta = meta_results(binding, op, args);
+  if (meta && binding.argument_check) {
+    const auto& first =
+        meta->returns.empty() || meta->returns[0].empty() ? std::nullopt : meta->returns[0][0];
+    binding.argument_check(args, first ? first->dtype : at::ScalarType::Undefined);
+  }
   if (meta && engine::eager_mode() == engine::EagerMode::Debug) check_indices(binding.name, args);
   if (!meta) {
     cpu_fallback(op, stack);

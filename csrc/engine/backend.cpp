@@ -73,6 +73,8 @@ bool Backend::started() {
 
 Backend& Backend::get() {
   auto& backend = instance();
+  // Before any engine lock: the parent's threads may have held them at fork.
+  if (backend && runtime::forked_child()) throw runtime::Error(runtime::kForkedChild, 9);
   if (backend) return *backend;
   std::lock_guard<std::mutex> lock(start_mutex());
   // Starting again would repeat the failure (and the plugin's own logging of it).
@@ -90,7 +92,9 @@ Backend& Backend::get() {
 }
 
 int Backend::visible_device_count() {
-  if (started()) return get().device_count();
+  // Read without get(): a process forked after the start still counts the
+  // devices (PyTorch seeds them all in DataLoader workers).
+  if (Backend* backend = instance().get()) return backend->device_count();
   const BackendConfig& c = config();
   if (c.plugin_path.empty()) return 0;
   if (c.platform == "cpu") return std::max(1, c.cpu_devices);

@@ -100,6 +100,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_lowered_ops", &aten::lowered_op_names);
   m.def("_rule_names", &lower::rule_names);
   m.def("_is_started", &engine::Backend::started);
+  m.def("_is_in_bad_fork", [] { return runtime::forked_child() && engine::Backend::started(); });
   m.def("_start", [] { backend(); }, py::call_guard<py::gil_scoped_release>());
   m.def("_device_count", [] { return static_cast<int>(aten::device_count()); });
   m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });

@@ -1,7 +1,9 @@
 #include "runtime/plugin.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,9 +41,22 @@ std::string named_value_text(const PJRT_NamedValue& v) {
   return s.str();
 }
 
+std::atomic<bool> g_forked{false};
+
 }  // namespace
 
+const char* const kForkedChild =
+    "Cannot re-initialize tpu in forked subprocess: the tpu backend started before this "
+    "process was forked. To use tpu with multiprocessing, you must use the 'spawn' start "
+    "method";
+
+bool forked_child() { return g_forked.load(std::memory_order_relaxed); }
+
 const Plugin& Plugin::load(const std::string& path) {
+  static const bool watching_forks = [] {
+    return pthread_atfork(nullptr, nullptr, [] { g_forked = true; }) == 0;
+  }();
+  (void)watching_forks;
   static std::mutex mutex;
   // Leaked: buffers freed during process exit still call into the plugin.
   static auto* loaded = new std::map<std::string, std::unique_ptr<Plugin>>();
@@ -104,6 +119,7 @@ bool Plugin::has(Fn fn) const {
 }
 
 void* Plugin::slot(Fn fn) const {
+  if (forked_child()) throw Error(kForkedChild, 9);
   if (!has(fn)) {
     throw Error("PJRT plugin " + path_ + " (API " + version_string() +
                     ") does not implement function slot " + std::to_string(static_cast<int>(fn)),

@@ -104,6 +104,12 @@ class Plugin {
   std::vector<std::pair<std::string, std::string>> attributes_;
 };
 
+// True in a process forked after a plugin was loaded: the plugin's threads
+// and device state stayed with the parent, so every PJRT call would hang or
+// crash. Plugin calls throw Error instead (see kForkedChild).
+bool forked_child();
+extern const char* const kForkedChild;
+
 // Loads each of `paths` (kept for the life of the process) so that a plugin
 // asking for the library by name gets this copy; a file that is missing or
 // does not load is skipped, and the plugin reports what it then lacks.

@@ -1,0 +1,25 @@
+// Checks the CPU's kernels make on argument values and dtypes before they
+// compute, which PyTorch's meta kernels leave out. Without them a tpu op
+// computes something where the CPU raises: an int64 product of a float
+// matrix, random numbers from an empty range, a fill value that overflows.
+// Only what the host knows is checked here (dtypes, Python scalars); checks
+// on tensor data are the device's (see the engine's device checks).
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <string>
+
+namespace torch_tpu::aten {
+
+// `args` are the call's arguments, `result` the dtype of its first result.
+using ArgumentCheck = void (*)(c10::ArrayRef<c10::IValue> args, at::ScalarType result);
+
+// The check of operator `op_name` ("aten::fill_.Scalar"), found under its
+// functional name; nullptr when it has none.
+ArgumentCheck find_argument_check(const std::string& op_name);
+
+// "aten::scatter_.src", "aten::gather.out" -> "aten::scatter.src", "aten::gather".
+std::string functional_name(const std::string& op_name);
+
+}  // namespace torch_tpu::aten
