@@ -3,7 +3,7 @@
 // computes something where the CPU raises: an int64 product of a float
 // matrix, random numbers from an empty range, a fill value that overflows.
 // Only what the host knows is checked here (dtypes, Python scalars); checks
-// on tensor data are the device's (see the engine's device checks).
+// on tensor data are the programs' (engine/data_checks.h).
 #pragma once
 
 #include <ATen/core/ivalue.h>

@@ -2,6 +2,7 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 
+#include "aten/device.h"
 #include "aten/tensor_bridge.h"
 #include "engine/captured_graph.h"
 #include "engine/deferred.h"
@@ -76,10 +77,10 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     engine::TensorView view = view_of(src);
     if (self.is_contiguous() && self.scalar_type() == src.scalar_type() &&
         self.sizes() == src.sizes()) {
-      engine::download_view(view, self.data_ptr());
+      raising_data_checks([&] { engine::download_view(view, self.data_ptr()); });
     } else {
       at::Tensor host = at::empty(src.sizes(), src.options().device(at::kCPU));
-      engine::download_view(view, host.data_ptr());
+      raising_data_checks([&] { engine::download_view(view, host.data_ptr()); });
       raw_values(self).copy_(host);
     }
   }
@@ -104,7 +105,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
-  engine::download_view(view_of(self), host.data_ptr());
+  raising_data_checks([&] { engine::download_view(view_of(self), host.data_ptr()); });
   return host.item();
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "aten/torch_headers.h"
+#include "engine/data_checks.h"
 
 namespace torch_tpu::aten {
 
@@ -10,5 +11,19 @@ namespace torch_tpu::aten {
 c10::DeviceIndex device_count() noexcept;
 // Raises a clear error for an index that does not exist.
 void check_device_index(c10::DeviceIndex device);
+
+// Raises `failure` as the CPU's exception: IndexError or RuntimeError.
+[[noreturn]] void raise_torch_error(const engine::DataCheckFailure& failure);
+
+// Runs `fn` (a wait for the device: a download, synchronize), raising a data
+// check that failed on the device as the CPU would have raised it.
+template <class Fn>
+decltype(auto) raising_data_checks(Fn&& fn) {
+  try {
+    return fn();
+  } catch (const engine::DataCheckFailure& failure) {
+    raise_torch_error(failure);
+  }
+}
 
 }  // namespace torch_tpu::aten

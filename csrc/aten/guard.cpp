@@ -27,6 +27,11 @@ void check_device_index(c10::DeviceIndex device) {
                   : "");
 }
 
+void raise_torch_error(const engine::DataCheckFailure& failure) {
+  TORCH_CHECK_INDEX(!failure.index_error(), failure.what());
+  TORCH_CHECK(false, failure.what());
+}
+
 namespace {
 
 struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
@@ -70,7 +75,7 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeEvent(void* event) const override {}
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    engine::synchronize(device_index);
+    raising_data_checks([&] { engine::synchronize(device_index); });
   }
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
 };

@@ -11,7 +11,7 @@
 #include "aten/argument_checks.h"
 #include "aten/cpu_fallback.h"
 #include "aten/data_dependent.h"
-#include "aten/debug_checks.h"
+#include "aten/device.h"
 #include "aten/generator.h"
 #include "aten/tensor_bridge.h"
 #include "engine/deferred.h"
@@ -600,7 +600,6 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         meta->returns.empty() || meta->returns[0].empty() ? std::nullopt : meta->returns[0][0];
     binding.argument_check(args, first ? first->dtype : at::ScalarType::Undefined);
   }
-  if (meta && engine::eager_mode() == engine::EagerMode::Debug) check_indices(binding.name, args);
   if (!meta) {
     cpu_fallback(op, stack);
     return;
@@ -675,7 +674,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     call.random = at::check_generator<TpuGenerator>(*gen)->state();
   }
   try {
-    engine::execute(std::move(call));
+    // The debug eager mode raises failed data checks at the op.
+    raising_data_checks([&] { engine::execute(std::move(call)); });
   } catch (const lower::Unsupported& e) {
     if (gen_lock.owns_lock()) gen_lock.unlock();
     cpu_fallback(op, stack, e.what());

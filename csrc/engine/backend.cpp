@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/data_checks.h"
 #include "engine/metrics.h"
 #include "runtime/compile_options.h"
 #include "runtime/crash_note.h"
@@ -139,6 +140,8 @@ Backend::Backend() {
     locks_.push_back(std::make_unique<runtime::DeviceLock>(c.platform, i, client_->device_count()));
   }
   pending_.resize(client_->device_count());
+  check_codes_.resize(client_->device_count());
+  check_code_unread_.resize(client_->device_count());
 
   // Measured on the CPU plugin (demo CNN): xla_backend_optimization_level=0
   // cut compile time by ~20% but made execution 2.5x slower, and disabling
@@ -235,6 +238,37 @@ void Backend::track(int device, runtime::Event done, const std::string& op,
   auto& queue = pending_[device];
   queue.push_back({std::move(done), op, std::move(executable)});
   drain(queue, launch_blocking() ? 0 : kMaxInFlight);
+  if (launch_blocking()) raise_failed_checks(device);
+}
+
+runtime::BufferPtr Backend::check_code(int device) {
+  runtime::BufferPtr& code = check_codes_.at(device);
+  if (!code) {
+    const int64_t zeros[2] = {0, 0};
+    code = client_->buffer_from_host(zeros, ElementType::S64, {2}, device);
+  }
+  return code;
+}
+
+void Backend::set_check_code(int device, runtime::BufferPtr code) {
+  check_codes_.at(device) = std::move(code);
+  check_code_unread_.at(device) = true;
+}
+
+void Backend::raise_failed_checks(int device) {
+  if (device < 0) {
+    for (int d = 0; d < device_count(); ++d) raise_failed_checks(d);
+    return;
+  }
+  if (!check_code_unread_.at(device)) return;
+  check_code_unread_[device] = false;
+  int64_t code[2] = {0, 0};
+  // A failed launch leaves no code; its failure is reported by its own wait.
+  if (!check_codes_[device]->to_host(code).await_status().empty()) return;
+  if (code[0] != 0) check_codes_[device] = nullptr;  // the next program starts clean
+  metrics().device_to_host_transfers++;
+  metrics().device_to_host_bytes += sizeof(code);
+  raise_data_check(code);
 }
 
 namespace {
@@ -276,6 +310,7 @@ void Backend::download(const runtime::Buffer& buffer, void* dst, const std::stri
     synchronize(buffer.device());
     throw runtime::Error(op + " failed: " + status, 13);
   }
+  raise_failed_checks(buffer.device());
 }
 
 runtime::BufferPtr Backend::copy_to_device(const runtime::Buffer& buffer, int device) {
@@ -288,6 +323,7 @@ void Backend::synchronize(int device) {
   } else {
     drain(pending_.at(device), 0);
   }
+  raise_failed_checks(device);
 }
 
 }  // namespace torch_tpu::engine

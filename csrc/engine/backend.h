@@ -61,6 +61,14 @@ class Backend {
   // `executable` is kept until the launch completes (the plan cache may drop it).
   void track(int device, runtime::Event done, const std::string& op,
              std::shared_ptr<runtime::Executable> executable = nullptr);
+  // The data-check error code programs pass on (data_checks.h): zeros until
+  // a program with checks ran since it was last read.
+  runtime::BufferPtr check_code(int device);
+  void set_check_code(int device, runtime::BufferPtr code);
+  // Reads the code of `device` (-1: all), if programs updated it, and raises
+  // the failure it reports (DataCheckFailure); waits for those programs.
+  void raise_failed_checks(int device);
+
   // A device buffer holding one scalar (cached: scalars recur).
   runtime::BufferPtr scalar_buffer(int device, ElementType type, const void* value);
 
@@ -97,6 +105,8 @@ class Backend {
   std::unique_ptr<runtime::Client> client_;
   std::vector<std::unique_ptr<runtime::DeviceLock>> locks_;
   std::vector<std::deque<Pending>> pending_;
+  std::vector<runtime::BufferPtr> check_codes_;  // per device; null: zeros
+  std::vector<bool> check_code_unread_;
   std::map<std::string, runtime::BufferPtr> scalars_;
   std::string fast_options_, full_options_;
   std::unique_ptr<CompileCache> disk_cache_;

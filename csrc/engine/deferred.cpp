@@ -398,6 +398,9 @@ std::string describe_capture(CapturedGraph& cg, const Graph& g, const Program* p
           v.kind = CapturedGraph::ParamValue::Kind::Random;
           v.random_delta = op->random.offset - g.start_offset;
           break;
+        case Param::Source::Checks:  // launch_with's
+          v.kind = CapturedGraph::ParamValue::Kind::Constant;
+          break;
       }
       cg.params.push_back(std::move(v));
     }

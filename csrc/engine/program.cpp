@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "engine/backend.h"
+#include "engine/data_checks.h"
 #include "engine/metrics.h"
 #include "engine/view_layout.h"
 #include "lower/helpers.h"
@@ -154,6 +155,11 @@ struct ProgramBuilder::State {
   std::vector<Param> params;
   int64_t first_random = -1;
   std::vector<int> final_write;  // see mark_outputs; empty: none marked
+  struct Check {
+    Value failed, value;
+    int64_t id;
+  };
+  std::vector<Check> checks;  // of every op emitted, in order
 
   Value param(const hlo::Shape& shape, Param p) {
     params.push_back(p);
@@ -298,6 +304,9 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
       st.value[s] = b.optimization_barrier({*st.value[s]})[0];
     }
   }
+  for (const lower::DataCheck& check : ctx.checks()) {
+    st.checks.push_back({check.failed, check.value, register_data_check(call.name, check)});
+  }
   if (st.first_random < 0) st.first_random = ctx.random_consumed();
   return ctx.random_consumed();
 }
@@ -318,6 +327,26 @@ Program ProgramBuilder::finish(const std::string* name, const std::vector<bool>&
     bool donate = param >= 0 && st.b.parameters()[param] == st.value[s]->shape;
     if (donate) st.b.alias_output(param, out);
     program.donor_param.push_back(donate ? param : -1);
+  }
+  if (!st.checks.empty()) {
+    const hlo::Shape code_shape{ElementType::S64, {2}};
+    program.checks_param = static_cast<int>(st.params.size());
+    Value incoming = st.param(code_shape, {Param::Source::Checks, 0, 0, ElementType::S64});
+    hlo::Builder& b = st.b;
+    Value code = b.full(code_shape, 0);
+    for (auto it = st.checks.rbegin(); it != st.checks.rend(); ++it) {
+      Value reported =
+          b.concatenate({b.reshape(b.constant(static_cast<double>(it->id), ElementType::S64), {1}),
+                         b.reshape(lower::convert(b, it->value, ElementType::S64), {1})},
+                        0);
+      code = b.select(b.broadcast_in_dim(it->failed, {2}, {}), reported, code);
+    }
+    Value earlier = b.compare(b.reshape(b.slice(incoming, {0}, {1}, {1}), {}),
+                              b.constant(0, ElementType::S64), hlo::Comparison::NE);
+    code = b.select(b.broadcast_in_dim(earlier, {2}, {}), incoming, code);
+    st.b.alias_output(program.checks_param, static_cast<int>(outputs.size()));
+    program.donor_param.push_back(program.checks_param);
+    outputs.push_back(code);
   }
   program.params = std::move(st.params);
   program.random_consumed = std::max<int64_t>(st.first_random, 0);
@@ -393,6 +422,8 @@ runtime::BufferPtr random_state_buffer(int device, uint64_t seed, uint64_t offse
 
 runtime::Launch launch_with(const Program& program, int device,
                             std::vector<runtime::BufferPtr> params) {
+  Backend& backend = Backend::get();
+  if (program.checks_param >= 0) params[program.checks_param] = backend.check_code(device);
   std::vector<runtime::Buffer*> inputs;
   for (const runtime::BufferPtr& buffer : params) inputs.push_back(buffer.get());
   // A donor's buffer held only here and by its storage: nobody else can
@@ -401,7 +432,12 @@ runtime::Launch launch_with(const Program& program, int device,
   for (int param : program.donor_param) {
     if (param >= 0 && params[param].use_count() != 2) non_donatable.push_back(param);
   }
-  return Backend::get().launch(*program.executable, device, inputs, non_donatable);
+  runtime::Launch launch = backend.launch(*program.executable, device, inputs, non_donatable);
+  if (program.checks_param >= 0) {
+    backend.set_check_code(device, std::move(launch.outputs.back()));
+    launch.outputs.pop_back();
+  }
+  return launch;
 }
 
 runtime::Launch launch_program(const Program& program, int device,
@@ -433,6 +469,9 @@ runtime::Launch launch_program(const Program& program, int device,
         params.push_back(random_state_buffer(device, r.seed, r.offset));
         break;
       }
+      case Param::Source::Checks:
+        params.push_back(nullptr);  // launch_with's
+        break;
     }
   }
   return launch_with(program, device, std::move(params));

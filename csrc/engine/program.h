@@ -35,7 +35,8 @@ std::vector<const StorageSlot*> storages_of(const Signature& sig);
 
 // Where a program parameter's value comes from at launch.
 struct Param {
-  enum class Source : uint8_t { Storage, InputOffset, TargetOffset, Scalar, Random };
+  // Checks: the device's data-check error code (see data_checks.h).
+  enum class Source : uint8_t { Storage, InputOffset, TargetOffset, Scalar, Random, Checks };
   Source source;
   int op = 0;     // the op of the program (all but Storage)
   int index = 0;  // storage, input or target index
@@ -48,8 +49,11 @@ struct Program {
   std::vector<Param> params;
   std::vector<int> output_slots;  // program output i -> storage index
   std::vector<int> donor_param;   // program output i -> aliased param or -1
-  int64_t random_consumed = 0;    // by the first op (strict programs have one)
-  std::string unsupported;        // the rule declined these inputs
+  // The parameter taking the data-check error code, whose update is the last
+  // output (-1: the program checks nothing). launch_with passes it on.
+  int checks_param = -1;
+  int64_t random_consumed = 0;  // by the first op (strict programs have one)
+  std::string unsupported;      // the rule declined these inputs
 };
 
 // One op of a program and the runtime values it contributes.
@@ -90,9 +94,10 @@ class ProgramBuilder {
 // Compiled programs by key, least recently used first out.
 const Program& cached_program(const std::string& key, const std::function<Program()>& build);
 
-// Launches `program` asynchronously on `params` (one buffer per parameter).
-// A donor parameter's buffer is donated only when `params` and its storage
-// are its only holders.
+// Launches `program` asynchronously on `params` (one buffer per parameter;
+// the data-check code's is filled in here, and its update kept by the
+// backend, so `outputs` are the storages' only). A donor parameter's buffer
+// is donated only when `params` and its storage are its only holders.
 runtime::Launch launch_with(const Program& program, int device,
                             std::vector<runtime::BufferPtr> params);
 // A view offset as a parameter of `type` (s32 or s64) takes it.

@@ -150,6 +150,12 @@ Values multinomial(Context& c, const Args& a) {
   if (p.rank() == 1) p = b.reshape(p, {1, p.dim(0)});
   p = convert(b, p, t);
   int64_t rows = p.dim(0), k = p.dim(1);
+  Value valid = b.and_(b.compare(p, splat(b, 0, t, p.dims()), Comparison::GE), b.is_finite(p));
+  check_none(c, b.not_(valid), DataCheck::Error::Runtime,
+             "probability tensor contains either `inf`, `nan` or element < 0");
+  check_none(c, b.compare(reduce_sum(b, p, {1}), splat(b, 0, t, {rows}), Comparison::LE),
+             DataCheck::Error::Runtime,
+             "invalid multinomial distribution (sum of probabilities <= 0)");
   Value result;
   if (replacement) {
     Dims d{rows, n, k};

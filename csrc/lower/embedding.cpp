@@ -1,6 +1,7 @@
 // Row lookups and their gradients: index_select, embedding and
 // embedding_dense_backward. Indices are int32 or int64; out-of-range indices
-// (an error in PyTorch) are clamped by gather and dropped by scatter.
+// fail a data check (PyTorch's error) and are clamped by gather and dropped
+// by scatter.
 #include "lower/helpers.h"
 
 namespace torch_tpu::lower {
@@ -36,6 +37,8 @@ std::vector<Value> index_select(Context& c, const Args& a) {
   int64_t dim = wrap_dim(a.integer(1), x.rank());
   Value index = a.tensor(2);
   index = c.b.reshape(index, {index.shape.numel()});
+  check_index_range(c, index, x.dim(dim), false, DataCheck::Error::Index,
+                    "index out of range in self");
   return {take_along(c.b, x, dim, index)};
 }
 
@@ -44,6 +47,8 @@ std::vector<Value> index_select(Context& c, const Args& a) {
 std::vector<Value> embedding(Context& c, const Args& a) {
   const Shape& out = c.output(0);
   if (out.numel() == 0) return {c.b.full(out, 0)};
+  check_index_range(c, a.tensor(1), a.tensor(0).dim(0), false, DataCheck::Error::Index,
+                    "index out of range in self");
   return {take_along(c.b, a.tensor(0), 0, a.tensor(1))};
 }
 

@@ -326,4 +326,28 @@ Value scatter_add_along(Builder& b, const Value& g, int64_t dim, const Dims& idx
                    });
 }
 
+void check_index_range(Context& c, const Value& index, int64_t size, bool negative_ok,
+                       DataCheck::Error error, std::string message) {
+  if (index.shape.numel() == 0) return;
+  Builder& b = c.b;
+  Value i = convert(b, index, ElementType::S64);
+  Dims all = reduction_dims({}, i.rank());
+  Value high = reduce_max(b, i, all), low = reduce_min(b, i, all);
+  Value above =
+      b.compare(high, scalar(b, static_cast<double>(size), ElementType::S64), hlo::Comparison::GE);
+  Value below =
+      b.compare(low, scalar(b, negative_ok ? -static_cast<double>(size) : 0.0, ElementType::S64),
+                hlo::Comparison::LT);
+  c.check({b.or_(above, below), b.select(above, high, low), error, std::move(message)});
+}
+
+void check_none(Context& c, const Value& invalid, DataCheck::Error error, std::string message) {
+  if (invalid.shape.numel() == 0) return;
+  Builder& b = c.b;
+  Value any =
+      reduce_max(b, convert(b, invalid, ElementType::S64), reduction_dims({}, invalid.rank()));
+  c.check({b.compare(any, scalar(b, 0, ElementType::S64), hlo::Comparison::NE),
+           scalar(b, 0, ElementType::S64), error, std::move(message)});
+}
+
 }  // namespace torch_tpu::lower

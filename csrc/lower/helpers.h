@@ -60,4 +60,13 @@ Value highest_value(Builder& b, ElementType t);
 // Element type used to accumulate a reduction of `t` (f32 for f16/bf16).
 ElementType accumulation_type(ElementType t);
 
+// ---- data checks (see DataCheck)
+// The CPU's check that every element of `index` lies in [-size, size) (or
+// [0, size) without `negative_ok`); `message` has "{}" where the offending
+// index goes (the largest above the range, else the smallest below it).
+void check_index_range(Context& c, const Value& index, int64_t size, bool negative_ok,
+                       DataCheck::Error error, std::string message);
+// The CPU's check that no element of the pred `invalid` holds.
+void check_none(Context& c, const Value& invalid, DataCheck::Error error, std::string message);
+
 }  // namespace torch_tpu::lower

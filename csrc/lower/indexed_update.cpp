@@ -101,6 +101,21 @@ IndexOp index_op(Builder& b, const Args& a) {
   return {x, dim, a.tensor(2), scalar};
 }
 
+// The CPU's check of op.index along op.dim: `message` may name the dim and
+// size ("{dim}", "{size}") and has "{}" for the offending index.
+void check_index(Context& c, const IndexOp& op, bool negative_ok, DataCheck::Error error,
+                 std::string message) {
+  int64_t size = op.x.dim(op.dim);
+  for (auto [key, value] : {std::pair<std::string, int64_t>{"{dim}", op.dim}, {"{size}", size}}) {
+    auto at = message.find(key);
+    if (at != std::string::npos) message.replace(at, key.size(), std::to_string(value));
+  }
+  check_index_range(c, op.index, size, negative_ok, error, std::move(message));
+}
+
+constexpr const char* kOutOfBounds =
+    "index {} is out of bounds for dimension {dim} with size {size}";
+
 Value source_for(Builder& b, const IndexOp& op, const Value& source) {
   Dims dims = slices_shape(op.x, op.dim, op.index.shape.numel());
   return b.reshape(convert(b, source, op.x.type()), dims);
@@ -111,6 +126,7 @@ Values index_add(Context& c, const Args& a) {
   Builder& b = c.b;
   IndexOp op = index_op(b, a);
   if (op.index.shape.numel() == 0) return {a.tensor(0)};
+  check_index(c, op, false, DataCheck::Error::Runtime, kOutOfBounds);
   Value src = source_for(b, op, a.tensor(3));
   src = b.mul(src, broadcast_to(b, convert(b, a.tensor(4), src.type()), src.dims()));
   Value y = slice_scatter(b, op.x, op.dim, op.index, src, combiner("sum"));
@@ -122,6 +138,7 @@ Values index_copy(Context& c, const Args& a) {
   Builder& b = c.b;
   IndexOp op = index_op(b, a);
   if (op.index.shape.numel() == 0) return {a.tensor(0)};
+  check_index(c, op, false, DataCheck::Error::Index, std::string("index_copy_(): ") + kOutOfBounds);
   Value y =
       slice_scatter(b, op.x, op.dim, op.index, source_for(b, op, a.tensor(3)), combiner("replace"));
   return {b.reshape(y, c.output(0).dims)};
@@ -132,6 +149,7 @@ Values index_fill(Context& c, const Args& a) {
   Builder& b = c.b;
   IndexOp op = index_op(b, a);
   if (op.index.shape.numel() == 0) return {a.tensor(0)};
+  check_index(c, op, true, DataCheck::Error::Index, kOutOfBounds);
   Dims dims = slices_shape(op.x, op.dim, op.index.shape.numel());
   Value value = broadcast_to(b, convert(b, a.tensor(3), op.x.type()), dims);
   Value y = slice_scatter(b, op.x, op.dim, op.index, value, combiner("replace"));
@@ -147,6 +165,7 @@ Values index_reduce(Context& c, const Args& a) {
   const std::string& reduce = a.str(4);
   bool include_self = a.boolean(5);
   if (op.index.shape.numel() == 0) return {a.tensor(0)};
+  check_index(c, op, false, DataCheck::Error::Index, "index out of range in self");
   Value src = source_for(b, op, a.tensor(3));
   Value x = op.x;
   ElementType t = x.type();
@@ -198,6 +217,7 @@ Values scatter_reduce(Context& c, const Args& a) {
   if (x.rank() == 0) x = b.reshape(x, {1});
   if (index.rank() == 0) index = b.reshape(index, {1});
   int64_t dim = wrap_dim(a.integer(1), x.rank());
+  check_index(c, {x, dim, index, false}, false, DataCheck::Error::Runtime, kOutOfBounds);
   ElementType t = x.type();
   Value src = convert(b, a.tensor(3), t);
   if (src.rank() == 0) src = b.reshape(src, {1});
@@ -253,8 +273,13 @@ Values masked_scatter(Context& c, const Args& a) {
   int64_t n = out.numel(), s = source.shape.numel();
   if (n == 0 || s == 0) return {x};
   Value flat_mask = b.reshape(mask, {n});
-  Value pos = b.clamp(b.constant_int(0, ElementType::S64), mask_rank(b, flat_mask),
-                      b.constant_int(s - 1, ElementType::S64));
+  Value rank = mask_rank(b, flat_mask);
+  check_none(c,
+             b.and_(flat_mask,
+                    b.compare(rank, b.full(rank.shape, static_cast<double>(s)), Comparison::GE)),
+             DataCheck::Error::Runtime, "Number of elements of source < number of ones in mask");
+  Value pos =
+      b.clamp(b.constant_int(0, ElementType::S64), rank, b.constant_int(s - 1, ElementType::S64));
   Value taken = b.gather(b.reshape(source, {s}), b.reshape(pos, {n, 1}),
                          hlo::GatherDims{{}, {0}, {0}, 1}, {1});
   return {b.select(mask, b.reshape(taken, out.dims), x)};
@@ -284,6 +309,11 @@ Values masked_scatter_backward(Context& c, const Args& a) {
 
 // ---------------------------------------------------------------- take, put
 
+std::string out_of_range(int64_t n) {
+  return "out of range: tried to access index {} on a tensor of " + std::to_string(n) +
+         " elements.";
+}
+
 // take(self, Tensor index): self flattened, indexed.
 Values take(Context& c, const Args& a) {
   Builder& b = c.b;
@@ -291,6 +321,7 @@ Values take(Context& c, const Args& a) {
   Value index = a.tensor(1);
   int64_t n = x.shape.numel(), k = index.shape.numel();
   if (k == 0 || n == 0) return {b.full(c.output(0), 0)};
+  check_index_range(c, index, n, true, DataCheck::Error::Index, out_of_range(n));
   Value idx = b.reshape(wrap_index(b, index, n), {k, 1});
   Value y = b.gather(b.reshape(x, {n}), idx, hlo::GatherDims{{}, {0}, {0}, 1}, {1});
   return {b.reshape(y, c.output(0).dims)};
@@ -303,6 +334,7 @@ Values put(Context& c, const Args& a) {
   Value index = a.tensor(1);
   int64_t n = x.shape.numel(), k = index.shape.numel();
   if (k == 0 || n == 0) return {x};
+  check_index_range(c, index, n, true, DataCheck::Error::Index, out_of_range(n));
   Value idx = b.reshape(wrap_index(b, index, n), {k, 1});
   Value src = b.reshape(convert(b, a.tensor(2), x.type()), {k});
   Value y = b.scatter(b.reshape(x, {n}), idx, src, hlo::ScatterDims{{}, {0}, {0}, 1},

@@ -25,6 +25,13 @@ Value wrap_index(Builder& b, const Value& index, int64_t size, bool clamp = fals
   return b.select(negative, b.add(i, b.full(i.shape, static_cast<double>(size))), i);
 }
 
+// "index 5 is out of bounds for dimension 1 with size 3": the CPU's message
+// for an index outside [-size, size) of gather, scatter and x[idx].
+std::string out_of_bounds(int64_t dim, int64_t size) {
+  return "index {} is out of bounds for dimension " + std::to_string(dim) + " with size " +
+         std::to_string(size);
+}
+
 // Full coordinates for gather/scatter along `dim`: for every element of
 // `index`, its own position in all dims but `dim`, where it takes the index.
 Value coordinates(Builder& b, const Value& index, int64_t dim, int64_t dim_size) {
@@ -91,6 +98,8 @@ std::vector<Value> gather(Context& c, const Args& a) {
   if (index.rank() == 0) index = c.b.reshape(index, {1});
   int64_t dim = wrap_dim(a.integer(1), x.rank());
   if (index.shape.numel() == 0) return {c.b.full(c.output(0), 0)};
+  check_index_range(c, index, x.dim(dim), false, DataCheck::Error::Runtime,
+                    out_of_bounds(dim, x.dim(dim)));
   Value out = point_gather(c.b, x, coordinates(c.b, index, dim, x.dim(dim)));
   return {c.b.reshape(out, c.output(0).dims)};
 }
@@ -111,6 +120,8 @@ Value scatter_with(Context& c, const Args& a, const Value& src, const hlo::Regio
   if (scalar) x = c.b.reshape(x, {1});
   if (index.rank() == 0) index = c.b.reshape(index, {1});
   int64_t dim = wrap_dim(a.integer(1), x.rank());
+  check_index_range(c, index, x.dim(dim), false, DataCheck::Error::Runtime,
+                    out_of_bounds(dim, x.dim(dim)));
   Value s =
       src.rank() == 0 ? src : (src.rank() == index.rank() ? src : c.b.reshape(src, index.dims()));
   Value y = point_scatter(c.b, x, coordinates(c.b, index, dim, x.dim(dim)),
@@ -144,16 +155,24 @@ struct Advanced {
   Dims result;  // shape of self[indices]
 };
 
-Advanced advanced(Builder& b, const Value& x, const std::vector<std::optional<Operand>>& list,
-                  bool clamp) {
+// `checked`: the indices are the user's (x[idx]), checked like the CPU does;
+// the _unsafe forms of decompositions and the masked ones (`clamp`) are not.
+Advanced advanced(Context& c, const Value& x, const std::vector<std::optional<Operand>>& list,
+                  bool clamp, bool checked) {
+  Builder& b = c.b;
   Advanced adv;
   std::vector<Value> idx;
   for (size_t d = 0; d < list.size(); ++d) {
     if (!list[d]) continue;
     ElementType t = list[d]->value.type();
     if (t == ElementType::Pred || t == ElementType::U8) throw Unsupported("boolean mask indices");
-    adv.indexed.push_back(static_cast<int64_t>(d));
-    idx.push_back(wrap_index(b, list[d]->value, x.dim(static_cast<int64_t>(d)), clamp));
+    int64_t dim = static_cast<int64_t>(d), size = x.dim(dim);
+    adv.indexed.push_back(dim);
+    if (checked) {
+      check_index_range(c, list[d]->value, size, true, DataCheck::Error::Index,
+                        out_of_bounds(dim, size));
+    }
+    idx.push_back(wrap_index(b, list[d]->value, size, clamp));
   }
   if (idx.empty()) throw Unsupported("no index tensors");
   idx = broadcast_all(b, idx);
@@ -202,10 +221,12 @@ Value put(Builder& b, const Value& x, const Advanced& adv, const Value& values, 
                    hlo::ScatterDims{adv.offset_dims, adv.indexed, adv.indexed, ivd}, combine);
 }
 
+bool unsafe(const Context& c) { return c.op_name().rfind("aten::_unsafe", 0) == 0; }
+
 // index.Tensor(self, Tensor?[] indices) / _unsafe_index.Tensor
 std::vector<Value> index(Context& c, const Args& a) {
   Value x = a.tensor(0);
-  return {take(c.b, x, advanced(c.b, x, a.operand_list(1), false))};
+  return {take(c.b, x, advanced(c, x, a.operand_list(1), false, !unsafe(c)))};
 }
 
 // x[mask] = value (or += value) for a single boolean mask over dims
@@ -240,7 +261,8 @@ std::vector<Value> index_put(Context& c, const Args& a) {
   if (auto filled = masked_fill_put(c.b, x, a.operand_list(1), a.tensor(2), accumulate)) {
     return {*filled};
   }
-  return {put(c.b, x, advanced(c.b, x, a.operand_list(1), false), a.tensor(2), accumulate)};
+  return {
+      put(c.b, x, advanced(c, x, a.operand_list(1), false, !unsafe(c)), a.tensor(2), accumulate)};
 }
 
 // _unsafe_masked_index(self, Tensor mask, Tensor?[] indices, Scalar fill):
@@ -248,7 +270,8 @@ std::vector<Value> index_put(Context& c, const Args& a) {
 std::vector<Value> unsafe_masked_index(Context& c, const Args& a) {
   Value x = a.tensor(0);
   const Shape& out = c.output(0);
-  Value taken = convert(c.b, take(c.b, x, advanced(c.b, x, a.operand_list(2), true)), out.type);
+  Value taken =
+      convert(c.b, take(c.b, x, advanced(c, x, a.operand_list(2), true, false)), out.type);
   taken = broadcast_to(c.b, taken, out.dims);
   Value mask = broadcast_to(c.b, convert(c.b, a.tensor(1), ElementType::Pred), out.dims);
   Value fill = c.b.broadcast_in_dim(convert(c.b, a.tensor(3), out.type), out.dims, {});
@@ -259,7 +282,7 @@ std::vector<Value> unsafe_masked_index(Context& c, const Args& a) {
 // self[clamped indices] += where(mask, values, 0).
 std::vector<Value> unsafe_masked_index_put_accumulate(Context& c, const Args& a) {
   Value x = a.tensor(0);
-  Advanced adv = advanced(c.b, x, a.operand_list(2), true);
+  Advanced adv = advanced(c, x, a.operand_list(2), true, false);
   Value values = broadcast_to(c.b, convert(c.b, a.tensor(3), x.type()), adv.result);
   Value mask = broadcast_to(c.b, convert(c.b, a.tensor(1), ElementType::Pred), adv.result);
   values = c.b.select(mask, values, c.b.full(values.shape, 0));

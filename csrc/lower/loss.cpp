@@ -143,6 +143,10 @@ std::vector<Value> binary_cross_entropy(Context& c, const Args& a) {
   auto v = operands_as(c.b, a, {0, 1}, t, a.tensor(0).dims());
   const Value &x = v[0], &y = v[1];
   Value floor = constant_like(c.b, x, -100), one = constant_like(c.b, x, 1);
+  Value valid = c.b.and_(c.b.compare(x, constant_like(c.b, x, 0), hlo::Comparison::GE),
+                         c.b.compare(x, one, hlo::Comparison::LE));
+  check_none(c, c.b.not_(valid), DataCheck::Error::Runtime,
+             "all elements of input should be between 0 and 1");
   Value log_x = c.b.max(c.b.log(x), floor);
   Value log_1mx = c.b.max(c.b.unary("log_plus_one", c.b.neg(x)), floor);
   Value loss = c.b.sub(c.b.mul(c.b.sub(y, one), log_1mx), c.b.mul(y, log_x));
@@ -261,6 +265,12 @@ std::vector<Value> nll_loss_forward(Context& c, const Args& a) {
   Value x = convert(c.b, a.tensor(0), acc);
   int64_t reduction = a.integer(3);
   Nll n = nll_setup(c.b, a, 0, acc, a.integer(4));
+  // Targets equal to ignore_index may be anything.
+  Value target = convert(c.b, a.tensor(1), kIndex);
+  Value ignored = c.b.compare(target, c.b.full(target.shape, static_cast<double>(a.integer(4))),
+                              hlo::Comparison::EQ);
+  check_index_range(c, c.b.select(ignored, c.b.full(target.shape, 0), target), x.dim(n.class_dim),
+                    false, DataCheck::Error::Index, "Target {} is out of bounds.");
   Value zeros = c.b.full(x.shape, 0);
   Value picked = reduce_sum(c.b, c.b.select(n.hit, x, zeros), {n.class_dim});
   Value loss = c.b.mul(c.b.neg(picked), n.weight);

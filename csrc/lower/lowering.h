@@ -86,6 +86,18 @@ class Args {
   std::vector<Arg> args_;
 };
 
+// A check the CPU's kernel makes on data before computing (an index in range,
+// a valid probability). Rules cannot see data, so the program computes it:
+// the engine raises the CPU's exception at the next point where the host
+// waits anyway, naming the op (and at the op in the debug eager mode).
+struct DataCheck {
+  enum class Error : uint8_t { Runtime, Index };  // RuntimeError or IndexError
+  Value failed;                                   // pred scalar: the CPU would raise
+  Value value;                                    // s64 scalar written where `message` has "{}"
+  Error error = Error::Runtime;
+  std::string message;  // the CPU's
+};
+
 class Context {
  public:
   Context(Builder& builder, std::string op_name, Precision precision, std::string platform,
@@ -113,6 +125,9 @@ class Context {
   void set_rng_state(Value state) { rng_state_ = state; }
   int64_t random_consumed() const { return random_consumed_; }
 
+  void check(DataCheck check) { checks_.push_back(std::move(check)); }
+  const std::vector<DataCheck>& checks() const { return checks_; }
+
  private:
   std::string op_name_;
   Precision precision_;
@@ -120,6 +135,7 @@ class Context {
   std::vector<Shape> outputs_;
   std::optional<Value> rng_state_;
   int64_t random_consumed_ = 0;
+  std::vector<DataCheck> checks_;
 };
 
 using RuleFn = std::vector<Value> (*)(Context&, const Args&);

@@ -133,7 +133,20 @@ Value bernoulli_mask(Context& c, const Value& p) {
 }
 
 // bernoulli(self, *, generator): self holds the probabilities.
-std::vector<Value> bernoulli(Context& c, const Args& a) { return {bernoulli_mask(c, a.tensor(0))}; }
+// The CPU's check of tensor probabilities (NaN fails too).
+void check_probabilities(Context& c, const Value& p) {
+  Builder& b = c.b;
+  Value valid = b.and_(b.compare(p, full_like(b, p, 0), hlo::Comparison::GE),
+                       b.compare(p, full_like(b, p, 1), hlo::Comparison::LE));
+  check_none(c, b.not_(valid), DataCheck::Error::Runtime,
+             "Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error "
+             "message be improved?  If so, please report an enhancement request to PyTorch.)");
+}
+
+std::vector<Value> bernoulli(Context& c, const Args& a) {
+  check_probabilities(c, a.tensor(0));
+  return {bernoulli_mask(c, a.tensor(0))};
+}
 
 // bernoulli.p(self, float p, *, generator) / bernoulli_.float
 std::vector<Value> bernoulli_p(Context& c, const Args& a) {
@@ -145,6 +158,7 @@ std::vector<Value> bernoulli_p(Context& c, const Args& a) {
 // bernoulli_.Tensor(self, Tensor p, *, generator)
 std::vector<Value> bernoulli_tensor(Context& c, const Args& a) {
   const Shape& out = c.output(0);
+  check_probabilities(c, a.tensor(1));
   return {bernoulli_mask(c, broadcast_to(c.b, a.tensor(1), out.dims))};
 }
 

@@ -407,11 +407,11 @@ Value p_norm(Builder& b, const Value& x, const Value& ord, const Dims& dims) {
   Value power = b.pow(v, splat(b, p, v));
   Value term =
       pick(is(0), b.convert(nonzero(b, v), t), pick(is(1), v, pick(is(2), b.mul(v, v), power)));
-  Values r = b.reduce(
-      {term, v, v}, {b.constant(0.0, t), b.constant(0.0, t), b.constant(inf, t)}, dims,
-      [](Builder& r, const Values& a) -> Values {
-        return {r.add(a[0], a[3]), extreme(r, a[1], a[4], true), extreme(r, a[2], a[5], false)};
-      });
+  Values r = b.reduce({term, v, v}, {b.constant(0.0, t), b.constant(0.0, t), b.constant(inf, t)},
+                      dims, [](Builder& r, const Values& a) -> Values {
+                        return {r.add(a[0], a[3]), extreme(r, a[1], a[4], true),
+                                extreme(r, a[2], a[5], false)};
+                      });
   const Value &s = r[0], &largest = r[1], &smallest = r[2];
   Value root = b.pow(s, splat(b, b.div(b.constant(1.0, t), p), s));
   Value norm = pick(b.or_(is(0), is(1)), s, pick(is(2), b.sqrt(s), root));

@@ -112,7 +112,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_properties", &device_properties);
   m.def("_plugin_info", &plugin_info);
   m.def(
-      "_synchronize", [](int device) { engine::synchronize(device); },
+      "_synchronize",
+      [](int device) { aten::raising_data_checks([&] { engine::synchronize(device); }); },
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "_set_eager_mode",
