@@ -24,11 +24,9 @@ class CMakeBuild(build_ext):
         # isolation does not put the environment's bin/ on PATH.
         bin_dir = os.path.dirname(sys.executable)
         env = dict(os.environ, PATH=os.pathsep.join([bin_dir, os.environ.get("PATH", "")]))
-        subprocess.check_call(
-            ["cmake", "-S", root, "-B", build_dir, "-G", "Ninja",
-             f"-DTORCH_DIR={torch_dir}", f"-DPython_EXECUTABLE={sys.executable}"],
-            env=env,
-        )
+        configure = ["cmake", "-S", root, "-B", build_dir, "-G", "Ninja"]
+        configure += [f"-DTORCH_DIR={torch_dir}", f"-DPython_EXECUTABLE={sys.executable}"]
+        subprocess.check_call(configure, env=env)
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "_C"], env=env)
         built = os.path.join(root, "torch_tpu", os.path.basename(self.get_ext_filename(ext.name)))
         target = self.get_ext_fullpath(ext.name)

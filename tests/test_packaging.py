@@ -3,9 +3,9 @@
 
 The fresh environment gets the project environment's packages (torch, numpy, the PJRT
 plugin, ...) through a directory of links named by a .pth file, not by reinstalling them
-(torch alone is ~1 GB); only torch_tpu's own entries are left out, so the package, its
+(torch alone is 750 MB); only torch_tpu's own entries are left out, so the package, its
 metadata and its entry points come from the wheel. The wheel build reuses the tree's
-build/ (setup.py's CMake build then has nothing to do): about 20-40 s in all on 2 cores.
+build/ (setup.py's CMake build then has nothing to do): 10-15 s in all on 2 cores.
 """
 
 import os
@@ -43,12 +43,11 @@ def build_wheel(tmp_path: pathlib.Path) -> pathlib.Path:
     # setuptools' build and egg-info directories in tmp_path: files that an earlier build
     # left in the tree (egg-info's SOURCES.txt lists every file of a package) would be
     # added to the wheel and hide a package missing from the configuration.
-    run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
-         "--no-index", "-w", str(dist),
-         "-C--build-option=build", f"-C--build-option=--build-base={tmp_path / 'build'}",
-         "-C--build-option=egg_info", f"-C--build-option=--egg-base={tmp_path}", str(ROOT)]
-    )  # fmt: skip
+    setuptools_options = ["build", f"--build-base={tmp_path / 'build'}"]
+    setuptools_options += ["egg_info", f"--egg-base={tmp_path}"]
+    command = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps"]
+    command += ["--no-index", "-w", str(dist), str(ROOT)]
+    run(command + [f"-C--build-option={option}" for option in setuptools_options])
     (wheel,) = dist.glob("torch_tpu-*.whl")
     return wheel
 
@@ -92,10 +91,8 @@ CHECK = """
 def test_wheel_installs_and_runs_in_a_fresh_environment(tmp_path):
     wheel = build_wheel(tmp_path)
     python = fresh_environment(tmp_path)
-    run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-         "--no-index", str(wheel)]
-    )  # fmt: skip
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    run(pip + ["install", "--no-deps", "--no-index", str(wheel)])
     locks = tmp_path / "locks"
     locks.mkdir()
     out = run([str(python), "-c", textwrap.dedent(CHECK)], TORCH_TPU_LOCK_DIR=str(locks))
