@@ -17,6 +17,7 @@ PLATFORM = $(shell $(PY) -c "import torch_tpu._platform as p; print(p.select().p
 all: build
 
 $(STAMP): requirements.txt requirements-plugin.txt
+	@echo "Installing the pinned packages into $(VENV) (1.5 GB once installed; minutes, the first time)"
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -r requirements.txt
