@@ -12,11 +12,12 @@ TORCH_DIR = $(shell TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -c "import torch, os; 
 PLUGIN = $(shell $(PY) -c "import torch_tpu._platform as p; print(p.select().plugin or '')")
 PLATFORM = $(shell $(PY) -c "import torch_tpu._platform as p; print(p.select().platform)")
 
-.PHONY: all venv build demo test cpp-test py-test lint clean check-torch-min device-check
+.PHONY: all venv extension build demo test cpp-test py-test lint clean check-torch-min device-check
 
 all: build
 
 $(STAMP): requirements.txt requirements-plugin.txt
+	@echo "Installing the pinned packages into $(VENV) (1.5 GB once installed; minutes, the first time)"
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -r requirements.txt
@@ -29,16 +30,24 @@ $(BUILD)/build.ninja: $(STAMP) CMakeLists.txt
 	$(VENV)/bin/cmake -S . -B $(BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV)/bin/ninja) \
 		-DTORCH_DIR=$(TORCH_DIR) -DPython_EXECUTABLE=$(abspath $(PY))
 
-# Incremental: ninja rebuilds only what changed. The editable install registers
-# the entry points (torch.backends: autoload on `import torch`;
-# torch_dynamo_backends: torch.compile's "tpu"), again when pyproject.toml changes.
-build: $(BUILD)/build.ninja $(VENV)/.editable
-	flock $(BUILD)/.lock $(VENV)/bin/ninja -C $(BUILD)
+# The extension alone (with the editable install below, all that `make demo` needs).
+# Ninja runs here, before the editable install, and not inside it, where pip hides
+# the build's output: so the first build (minutes) shows ninja's [n/N] progress, and
+# setup.py's CMake build then finds _C built. Incremental: ninja rebuilds only what
+# changed.
+extension: $(BUILD)/build.ninja
+	flock $(BUILD)/.lock $(VENV)/bin/ninja -C $(BUILD) _C
 
-$(VENV)/.editable: pyproject.toml $(STAMP)
+# Registers the entry points (torch.backends: autoload on `import torch`;
+# torch_dynamo_backends: torch.compile's "tpu"), again when pyproject.toml changes.
+$(VENV)/.editable: pyproject.toml $(STAMP) | extension
 	$(PIP) install --quiet --no-build-isolation --no-deps -e . && touch $@
 
-demo: build
+# Everything: the extension and the C++ test binary.
+build: extension $(VENV)/.editable
+	flock $(BUILD)/.lock $(VENV)/bin/ninja -C $(BUILD)
+
+demo: extension $(VENV)/.editable
 	$(PY) examples/train_demo.py
 
 cpp-test: build

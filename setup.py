@@ -20,11 +20,14 @@ class CMakeBuild(build_ext):
         root = os.path.dirname(os.path.abspath(__file__))
         build_dir = os.path.join(root, "build")
         torch_dir = os.path.dirname(torch.__file__)
-        subprocess.check_call(
-            ["cmake", "-S", root, "-B", build_dir, "-G", "Ninja",
-             f"-DTORCH_DIR={torch_dir}", f"-DPython_EXECUTABLE={sys.executable}"]
-        )
-        subprocess.check_call(["cmake", "--build", build_dir, "--target", "_C"])
+        # The environment's own cmake and ninja (pip packages) first: a build without
+        # isolation does not put the environment's bin/ on PATH.
+        bin_dir = os.path.dirname(sys.executable)
+        env = dict(os.environ, PATH=os.pathsep.join([bin_dir, os.environ.get("PATH", "")]))
+        configure = ["cmake", "-S", root, "-B", build_dir, "-G", "Ninja"]
+        configure += [f"-DTORCH_DIR={torch_dir}", f"-DPython_EXECUTABLE={sys.executable}"]
+        subprocess.check_call(configure, env=env)
+        subprocess.check_call(["cmake", "--build", build_dir, "--target", "_C"], env=env)
         built = os.path.join(root, "torch_tpu", os.path.basename(self.get_ext_filename(ext.name)))
         target = self.get_ext_fullpath(ext.name)
         if os.path.abspath(built) != os.path.abspath(target):

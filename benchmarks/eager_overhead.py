@@ -8,6 +8,19 @@ launch) and on PyTorch CPU eager, and prints the ratio. Run:
 import argparse
 import time
 
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ops", type=int, default=10000, help="timed ops (default: 10000)")
+    parser.add_argument(
+        "--size", type=int, default=16, help="elements of the tensor added to (default: 16)"
+    )
+    return parser.parse_args()
+
+
+# --help answers before the imports below, which take seconds.
+ARGS = parse_args() if __name__ == "__main__" else None
+
 import torch
 
 import torch_tpu
@@ -24,12 +37,7 @@ def per_op_seconds(x: torch.Tensor, ops: int, sync) -> float:
     return (time.perf_counter() - start) / ops
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--ops", type=int, default=10000)
-    parser.add_argument("--size", type=int, default=16)
-    args = parser.parse_args()
-
+def main(args: argparse.Namespace) -> None:
     cpu = per_op_seconds(torch.zeros(args.size), args.ops, lambda: None)
     before = torch_tpu.metrics()
     tpu = per_op_seconds(torch.zeros(args.size, device="tpu"), args.ops, torch.tpu.synchronize)
@@ -42,4 +50,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -33,12 +33,52 @@ import subprocess
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-from torch import nn
-
 GPU_SIZES = dict(layers=6, width=1024, heads=16, seq=1024, batch=8, vocab=32768, steps=10)
 CPU_SIZES = dict(layers=2, width=128, heads=4, seq=64, batch=2, vocab=512, steps=5)
+SIZE_HELP = dict(
+    layers="transformer layers",
+    width="model width",
+    heads="attention heads",
+    seq="sequence length",
+    batch="sequences per step",
+    vocab="vocabulary size",
+    steps="timed steps per variant",
+)
+
+
+def parse_args() -> argparse.Namespace:
+    """Sizes and rounds left unset get their defaults once torch says whether a GPU is
+    there (see main)."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--variant", help="run one variant in this process (prints a RESULT line)")
+    p.add_argument(
+        "--variants",
+        help=f"comma-separated subset (default: all): {', '.join(TRAIN_VARIANTS + OVERHEAD_VARIANTS)}",
+    )
+    p.add_argument(
+        "--rounds", type=int, help="rounds over the variants (default: 1 on a GPU, 3 elsewhere)"
+    )
+    p.add_argument(
+        "--budget", type=float, default=3600, help="seconds for the whole run (default: 3600)"
+    )
+    for key, text in SIZE_HELP.items():
+        p.add_argument(
+            f"--{key}",
+            type=int,
+            help=f"{text} (default: {GPU_SIZES[key]} on a GPU, {CPU_SIZES[key]} elsewhere)",
+        )
+    p.add_argument(
+        "--warmup", type=int, default=3, help="untimed steps, the first one included (default: 3)"
+    )
+    p.add_argument(
+        "--peak",
+        type=float,
+        default=790,
+        help="TFLOP/s that MFU is measured against (default: 790)",
+    )
+    p.add_argument("--xla-dump", help="directory for XLA's optimised programs (tpu variants)")
+    return p.parse_args()
+
 
 TRAIN_VARIANTS = [
     "ref-eager",
@@ -63,6 +103,13 @@ BASELINE = {
     "f32-tpu-compile": "f32-ref-eager",
     "overhead-tpu": "overhead-ref",
 }
+
+# --help answers before the imports below, which take seconds.
+ARGS = parse_args() if __name__ == "__main__" else None
+
+import torch
+import torch.nn.functional as F
+from torch import nn
 
 
 class Block(nn.Module):
@@ -283,22 +330,14 @@ def report(results: dict[str, list[dict]]) -> None:
         print(f"\nper-op host overhead: tpu {tpu:.2f} us, ref {ref:.2f} us: {tpu / ref:.2f}x")
 
 
-def main() -> None:
+def main(a: argparse.Namespace) -> None:
     cpu = reference_device() != "cuda"
-    sizes = CPU_SIZES if cpu else GPU_SIZES
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--variant", help="run one variant in this process")
-    p.add_argument("--variants", help="comma-separated subset (default: all)")
-    p.add_argument("--rounds", type=int, default=3 if cpu else 1)
-    p.add_argument("--budget", type=float, default=3600, help="seconds for the whole run")
-    for key, value in sizes.items():
-        p.add_argument(f"--{key}", type=int, default=value)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--peak", type=float, default=790, help="TFLOP/s that MFU is measured against")
-    p.add_argument("--xla-dump", help="directory for XLA's optimised programs (tpu variants)")
-    a = p.parse_args()
+    defaults = dict(CPU_SIZES if cpu else GPU_SIZES, rounds=3 if cpu else 1)
+    for key, value in defaults.items():
+        if getattr(a, key) is None:
+            setattr(a, key, value)
     run_variant(a) if a.variant else drive(a)
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -31,6 +31,44 @@ import random
 import tempfile
 import time
 
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=300, help="optimizer steps (default: 300)")
+    parser.add_argument(
+        "--batch", type=int, default=32, help="per-device train batch size (default: 32)"
+    )
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
+    parser.add_argument(
+        "--train-size", type=int, default=2000, help="training examples (default: 2000)"
+    )
+    parser.add_argument(
+        "--eval-size",
+        type=int,
+        default=512,
+        help="eval examples, in batches of up to 128 of one size (default: 512)",
+    )
+    parser.add_argument(
+        "--max-length", type=int, default=24, help="padded sequence length (default: 24)"
+    )
+    parser.add_argument(
+        "--log-every",
+        type=int,
+        default=20,
+        help="logging_steps: steps between losses (default: 20)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of data and model (default: 0)")
+    parser.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True)")
+    args = parser.parse_args()
+    # Every batch has the same shape (the last partial one is dropped): at least one.
+    if args.train_size < args.batch or args.eval_size < 1:
+        parser.error("--train-size must be at least --batch, and --eval-size at least 1")
+    return args
+
+
+# --help answers before the imports below (torch, transformers), which take seconds.
+ARGS = parse_args() if __name__ == "__main__" else None
+
 import numpy as np
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
@@ -135,6 +173,14 @@ def build_model(vocab_size: int, max_length: int) -> BertForSequenceClassificati
     return BertForSequenceClassification(config)
 
 
+def eval_batch_size(examples: int, largest: int = 128) -> int:
+    """At most `largest`, splitting `examples` as evenly as it can: the loader drops the
+    last partial batch (every batch the same shape), and with no batch at all the Trainer
+    reports no accuracy."""
+    batches = -(-examples // largest)  # rounded up
+    return examples // batches
+
+
 def accuracy(eval_pred) -> dict[str, float]:
     logits, labels = eval_pred
     return {"accuracy": float((np.argmax(logits, axis=-1) == labels).mean())}
@@ -162,19 +208,7 @@ class LossPrinter(TrainerCallback):
         return s0, (s1 - s0) * batch / (t1 - t0), c1 - c0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=300, help="optimizer steps")
-    parser.add_argument("--batch", type=int, default=32, help="per-device batch size")
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--train-size", type=int, default=2000)
-    parser.add_argument("--eval-size", type=int, default=512)
-    parser.add_argument("--max-length", type=int, default=24, help="padded sequence length")
-    parser.add_argument("--log-every", type=int, default=20, help="logging_steps")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--bf16", action="store_true", help="TrainingArguments(bf16=True)")
-    args = parser.parse_args()
-
+def main(args: argparse.Namespace) -> None:
     wall_start = time.perf_counter()
     print(
         f"platform: {torch_tpu.platform()} ({torch.tpu.get_device_name()}), "
@@ -207,7 +241,7 @@ def main() -> None:
             output_dir=out,
             max_steps=args.steps,
             per_device_train_batch_size=args.batch,
-            per_device_eval_batch_size=128,
+            per_device_eval_batch_size=eval_batch_size(args.eval_size),
             learning_rate=args.lr,
             warmup_steps=args.steps // 10,
             weight_decay=0.01,
@@ -272,4 +306,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -7,6 +7,17 @@ Run with ``make demo`` (or ``python examples/train_demo.py``).
 import argparse
 import time
 
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=30, help="training steps (default: 30)")
+    parser.add_argument("--batch", type=int, default=32, help="images per step (default: 32)")
+    return parser.parse_args()
+
+
+# --help answers before the imports below, which take seconds.
+ARGS = parse_args() if __name__ == "__main__" else None
+
 import torch
 import torch.nn.functional as F
 
@@ -28,12 +39,7 @@ def model() -> torch.nn.Module:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--batch", type=int, default=32)
-    args = parser.parse_args()
-
+def main(args: argparse.Namespace) -> None:
     device = torch.device("tpu")
     print(
         f"platform: {torch_tpu.platform()} ({torch.tpu.get_device_name()}), "
@@ -62,10 +68,11 @@ def main() -> None:
         opt.step()
         print(f"step {step:3d}  loss {loss.item():.4f}")
     torch.tpu.synchronize()
-    elapsed = time.perf_counter() - start
-    print(f"steps/s: {(args.steps - 2) / elapsed:.2f} (steady state, batch {args.batch})")
+    if start is not None:
+        elapsed = time.perf_counter() - start
+        print(f"steps/s: {(args.steps - 2) / elapsed:.2f} (steady state, batch {args.batch})")
     print(torch_tpu.metrics_report())
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -15,6 +15,24 @@ import inspect
 import math
 import time
 
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=200, help="training steps (default: 200)")
+    parser.add_argument("--batch", type=int, default=16, help="sequences per step (default: 16)")
+    parser.add_argument(
+        "--context", type=int, default=64, help="characters per sequence (default: 64)"
+    )
+    parser.add_argument(
+        "--lr", type=float, default=3e-3, help="peak learning rate, cosine schedule (default: 3e-3)"
+    )
+    parser.add_argument("--bf16", action="store_true", help="autocast to bfloat16")
+    return parser.parse_args()
+
+
+# --help answers before the imports below, which take seconds.
+ARGS = parse_args() if __name__ == "__main__" else None
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -79,15 +97,7 @@ def generate(model, ids, steps: int, context: int):
     return ids
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--context", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--bf16", action="store_true", help="autocast to bfloat16")
-    args = parser.parse_args()
-
+def main(args: argparse.Namespace) -> None:
     device = torch.device("tpu")
     text = corpus()
     chars = sorted(set(text))
@@ -135,7 +145,8 @@ def main() -> None:
     torch_tpu.reset_metrics()
     first_loss = None
     start = time.perf_counter()
-    steady_start, steady_tokens = None, 0
+    # Tokens/s are measured from step 4 on: the first steps compile the programs.
+    steady_start, steady_tokens, compiles_after_warmup = None, 0, None
     for step in range(1, args.steps + 1):
         x, y = batch(train)
         with autocast:
@@ -156,17 +167,15 @@ def main() -> None:
         if step == 1 or step % 25 == 0 or step == args.steps:
             value = loss.item()
             first_loss = first_loss if first_loss is not None else value
-            elapsed = time.perf_counter() - (steady_start or start)
-            rate = steady_tokens / elapsed if steady_start and steady_tokens else float("nan")
-            print(
-                f"step {step:4d}  loss {value:.3f}  lr {schedule.get_last_lr()[0]:.2e}  "
-                f"{rate:,.0f} tokens/s"
-            )
+            rate = "(compiling: tokens/s from step 4 on)"
+            if steady_tokens:
+                rate = f"{steady_tokens / (time.perf_counter() - steady_start):,.0f} tokens/s"
+            print(f"step {step:4d}  loss {value:.3f}  lr {schedule.get_last_lr()[0]:.2e}  {rate}")
     torch.tpu.synchronize()
     total = time.perf_counter() - start
-    steady_rate = (
-        steady_tokens / (time.perf_counter() - steady_start) if steady_tokens else math.nan
-    )
+    steady_rate = "not measured (fewer than 4 steps)"
+    if steady_tokens:
+        steady_rate = f"{steady_tokens / (time.perf_counter() - steady_start):,.0f} tokens/s"
     final_val = val_loss()
     metrics = torch_tpu.metrics()
 
@@ -178,10 +187,13 @@ def main() -> None:
         f"validation loss {initial_val:.3f} (untrained) -> {final_val:.3f}; "
         f"train loss {first_loss:.3f} -> {loss.item():.3f}"
     )
-    print(f"{args.steps} steps in {total:.1f} s; steady state {steady_rate:,.0f} tokens/s")
+    print(f"{args.steps} steps in {total:.1f} s; steady state {steady_rate}")
+    after_warmup = ""
+    if compiles_after_warmup is not None:
+        after_warmup = f", {metrics['compiles'] - compiles_after_warmup} after step 3"
     print(
-        f"compiles: {metrics['compiles']} total, {metrics['compiles'] - compiles_after_warmup} "
-        f"after step 3; compile time {metrics.get('compile_seconds', float('nan')):.1f} s; "
+        f"compiles: {metrics['compiles']} total{after_warmup}; "
+        f"compile time {metrics['compile_seconds']:.1f} s; "
         f"CPU fallbacks: {sum(metrics['fallbacks'].values())}"
     )
     if not final_val < initial_val:
@@ -189,4 +201,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -58,6 +58,39 @@ def test_import_torch_tpu_first():
     assert out.stdout.split() == [str(torch.tpu.device_count()), PLATFORM]
 
 
+def test_bad_settings_warn_at_import_and_raise_at_first_use():
+    # Autoload must never break `import torch`: a bad value is warned about, not applied,
+    # and raised at the first use of a device. One process for the three variables.
+    problems = [  # in the order of import
+        "TORCH_TPU_FALLBACK='Bogus' is not one of warn, silent, error",
+        "TORCH_TPU_PRECISION='Bogus' is not one of DEFAULT, HIGH, HIGHEST",
+        "TORCH_TPU_EAGER_MODE='Bogus' is not one of strict, debug, defer_and_fuse",
+    ]
+    out = run_python(
+        """
+        import torch, torch_tpu
+        print("IMPORTED", torch_tpu.get_eager_mode().value, torch.tpu.get_precision().name)
+        for first_use in (lambda: torch.ones(1, device="tpu"), torch.tpu.init):
+            try:
+                first_use()
+                print("no error")
+            except ValueError as e:
+                print("ValueError:", e)
+        """,
+        TORCH_TPU_PRECISION="Bogus",
+        TORCH_TPU_EAGER_MODE="Bogus",
+        TORCH_TPU_FALLBACK="Bogus",
+        TORCH_TPU_DEFER_AND_FUSE="",
+        TPU_LAUNCH_BLOCKING="",
+        TORCH_TPU_LOCK_DIR=os.path.join(os.environ["TORCH_TPU_LOCK_DIR"], "bad-settings"),
+    )
+    assert out.returncode == 0, out.stderr
+    for problem in problems:
+        assert out.stderr.count(f"UserWarning: {problem}") == 1, out.stderr
+    assert "IMPORTED strict DEFAULT" in out.stdout
+    assert out.stdout.count(f"ValueError: {'; '.join(problems)}") == 2, out.stdout
+
+
 def test_backend_registration():
     assert torch._C._get_privateuse1_backend_name() == "tpu"
     assert torch.tpu is sys.modules["torch_tpu.device_module"]

@@ -95,3 +95,13 @@ def test_trainer_runs_on_tpu(tmp_path, no_fallback):
     assert counter.compiles[STEPS] == counter.compiles[STEPS // 2], counter.compiles
     assert math.isfinite(metrics["eval_loss"])
     assert 0.0 <= metrics["eval_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("examples", [1, 50, 127, 128, 129, 200, 512, 1000])
+def test_example_eval_batches_cover_small_and_uneven_eval_sets(examples):
+    # The example's loaders drop the last partial batch: a batch larger than the eval set
+    # left none, and the Trainer then reported no eval_accuracy (KeyError).
+    batch = load_example().eval_batch_size(examples)
+    full_batches = examples // batch
+    assert 1 <= batch <= 128 and full_batches >= 1
+    assert examples % batch < full_batches  # fewer dropped than batches: evenly split

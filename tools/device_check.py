@@ -174,13 +174,39 @@ def selection(py: str, env: dict[str, str]) -> tuple[str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=os.environ.get("OUT") or "/tmp/device-check")
-    parser.add_argument("--budget", type=float, default=460, help="seconds for everything")
-    parser.add_argument("--build", default=str(ROOT / "build-device"))
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--workers", type=int, default=min(8, max(1, (os.cpu_count() or 2) // 2)))
-    parser.add_argument("--pytest", nargs="*", default=PYTEST_FILES, help="test files (or -k ...)")
-    parser.add_argument("--bench", default=BENCH_VARIANTS, help="gpu_train.py variants ('': none)")
+    parser.add_argument(
+        "--out",
+        default=os.environ.get("OUT") or "/tmp/device-check",
+        help="folder of summary.txt and the logs (default: $OUT, else /tmp/device-check)",
+    )
+    parser.add_argument(
+        "--budget", type=float, default=460, help="seconds for everything (default: 460)"
+    )
+    parser.add_argument(
+        "--build",
+        default=str(ROOT / "build-device"),
+        help="CMake build folder (default: build-device/ in the tree)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 2, help="compile jobs (default: the cores)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=min(8, max(1, (os.cpu_count() or 2) // 2)),
+        help="pytest-xdist workers (default: half the cores, 1 to 8)",
+    )
+    parser.add_argument(
+        "--pytest",
+        nargs="*",
+        default=PYTEST_FILES,
+        help="test files (or -k ...) (default: a subset)",
+    )
+    parser.add_argument(
+        "--bench",
+        default=BENCH_VARIANTS,
+        help=f"gpu_train.py variants ('': none) (default: {BENCH_VARIANTS})",
+    )
     args = parser.parse_args()
 
     check = Check(Path(args.out), args.budget)

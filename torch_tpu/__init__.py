@@ -21,7 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 import torch  # noqa: E402
 
-from . import _C, _platform  # noqa: E402
+from . import _C, _env, _platform  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -68,10 +68,8 @@ def _register() -> None:
     torch.set_autocast_dtype("tpu", torch.bfloat16)
     _meta.register()
     _C._register_ops()
-    fallback = os.environ.get("TORCH_TPU_FALLBACK")
+    fallback = _env.choice("TORCH_TPU_FALLBACK", ("warn", "silent", "error"))
     if fallback:
-        if fallback not in ("warn", "silent", "error"):
-            raise ValueError(f"TORCH_TPU_FALLBACK={fallback!r} is not warn, silent or error")
         _C._set_fallback_mode(fallback)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import _C
+from . import _C, _env
 from .precision import Precision, get_precision, precision, set_precision
 
 __all__ = [
@@ -78,8 +78,15 @@ def is_initialized() -> bool:
     return _C._is_started()
 
 
+def _lazy_init() -> None:
+    """PyTorch calls this before the first tpu tensor is created from Python (factory
+    functions, ``.to("tpu")``) and raises what it raises, unchanged."""
+    _env.check()
+
+
 def init() -> None:
     """Starts the backend now (it otherwise starts on first use)."""
+    _lazy_init()
     _C._start()
 
 

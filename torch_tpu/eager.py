@@ -18,7 +18,7 @@ import os
 
 import torch
 
-from . import _C
+from . import _C, _env
 
 
 class EagerMode(enum.StrEnum):
@@ -66,7 +66,7 @@ def _flag(name: str) -> bool:
 
 
 def _init_from_env() -> None:
-    explicit = os.environ.get("TORCH_TPU_EAGER_MODE")
+    explicit = _env.choice("TORCH_TPU_EAGER_MODE", [m.value for m in _ORDER])
     if explicit:
         set_eager_mode(explicit)
     elif _flag("TORCH_TPU_DEFER_AND_FUSE"):

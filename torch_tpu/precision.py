@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import os
 
-from . import _C
+from . import _C, _env
 
 
 class Precision(enum.IntEnum):
@@ -44,6 +43,6 @@ def precision(mode: Precision | str):
 
 
 def _init_from_env() -> None:
-    mode = os.environ.get("TORCH_TPU_PRECISION")
+    mode = _env.choice("TORCH_TPU_PRECISION", list(Precision.__members__))
     if mode:
         set_precision(mode)

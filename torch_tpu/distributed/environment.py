@@ -179,8 +179,18 @@ def _main(argv: list[str] | None = None) -> None:
         description="Prints the launch variables of a single-host tpu_dist job as export "
         "lines: eval $(python -m torch.tpu.distributed.environment --nproc_per_node=4)",
     )
-    parser.add_argument("--nproc_per_node", "--nproc-per-node", type=int, required=True)
-    parser.add_argument("--host", default="localhost")
+    parser.add_argument(
+        "--nproc_per_node",
+        "--nproc-per-node",
+        type=int,
+        required=True,
+        help="processes of the job, one device each",
+    )
+    parser.add_argument(
+        "--host",
+        default="localhost",
+        help="host name in the ranks' host:port addresses (default: localhost)",
+    )
     args = parser.parse_args(argv)
     try:
         values = set_tpu_launch_env(args.nproc_per_node, host=args.host, environ={})

@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs", type=int, help="worker processes (CPU platform only; default: one per core)"
     )
-    parser.add_argument("--only", help="comma-separated model types")
+    parser.add_argument("--only", help="comma-separated model types, e.g. gpt2,t5 (default: all)")
     parser.add_argument("--sample", action="store_true", help="the CI sample only")
     parser.add_argument("--markdown", help="write the table to this file")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)

@@ -120,10 +120,21 @@ def entry_status(results: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dtypes", choices=["all", "float32"], default="all")
-    parser.add_argument("--max-samples", type=int, default=3)
-    parser.add_argument("--filter", default="")
-    parser.add_argument("--out", default="docs/op_coverage.md")
+    parser.add_argument(
+        "--dtypes",
+        choices=["all", "float32"],
+        default="all",
+        help="dtypes per OpInfo entry: all it supports, or float32 only (default: all)",
+    )
+    parser.add_argument(
+        "--max-samples", type=int, default=3, help="sample inputs per entry and dtype (default: 3)"
+    )
+    parser.add_argument(
+        "--filter", default="", help="only the OpInfo entries whose name contains this"
+    )
+    parser.add_argument(
+        "--out", default="docs/op_coverage.md", help="report file (default: docs/op_coverage.md)"
+    )
     args = parser.parse_args(argv)
 
     torch_tpu._C._set_fallback_mode("silent")
