@@ -361,7 +361,7 @@ def test_cuda_platform_without_visible_gpus_counts_none_without_starting():
     assert out.stdout.split() == ["0", "False", "False"]
 
 
-def test_a_process_forked_after_the_start_gets_a_clear_error_not_a_hang():
+def test_a_process_forked_after_the_start_gets_a_clear_error_not_a_hang(tmp_path):
     # As CUDA: the child raises at its first device use (the plugin's threads stayed with
     # the parent); freeing inherited tensors and seeding still work; the parent goes on.
     out = run_python(
@@ -386,7 +386,8 @@ def test_a_process_forked_after_the_start_gets_a_clear_error_not_a_hang():
                 os._exit(0)
         os.waitpid(pid, 0)
         print("parent:", torch.tpu._is_in_bad_fork(), (x + 1).cpu().tolist())
-        """
+        """,
+        TORCH_TPU_LOCK_DIR=str(tmp_path),  # this process may hold the device
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
@@ -395,7 +396,7 @@ def test_a_process_forked_after_the_start_gets_a_clear_error_not_a_hang():
     ]
 
 
-def test_dataloader_workers_beside_device_work():
+def test_dataloader_workers_beside_device_work(tmp_path):
     out = run_python(
         """
         import torch
@@ -406,7 +407,8 @@ def test_dataloader_workers_beside_device_work():
         for (batch,) in DataLoader(data, batch_size=2, num_workers=2):
             total += (batch.to("tpu") * weight).sum(0)
         print(total.cpu().tolist())
-        """
+        """,
+        TORCH_TPU_LOCK_DIR=str(tmp_path),
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[0] == "[112.0, 120.0, 128.0, 136.0]"
