@@ -239,7 +239,6 @@ def test_special_values():
         "relu",
         "hardtanh",
         "leaky_relu",
-        "gelu",
         "gelu_tanh",
         "silu",
         "elu",
@@ -252,6 +251,11 @@ def test_special_values():
         "softshrink",
     ]:
         run(UNARY[name], x)
+    # PyTorch's AVX-512 float32 gelu gives nan at +inf (its scalar path, float64 and the
+    # other vector widths give inf): the reference here is float64.
+    torch.testing.assert_close(
+        F.gelu(x.to("tpu")).cpu(), F.gelu(x.double()).float(), equal_nan=True, rtol=1e-5, atol=1e-5
+    )
     finite = x[3:]
     run(lambda t: F.softmax(t, 0), finite)
     run(lambda t: F.log_softmax(t, 0), finite)
