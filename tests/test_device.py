@@ -552,3 +552,62 @@ def test_several_cpu_devices():
         "[1.0, 2.0, 3.0, 4.0] [0.0, 2.0, 4.0, 6.0]",
         "ERROR True",
     ]
+
+
+# ---------------------------------------------------------------- runtime APIs
+
+
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+def test_timing_events_measure_device_work(mode):
+    def timed(work):
+        start, end = torch.tpu.Event(enable_timing=True), torch.tpu.Event(enable_timing=True)
+        start.record()
+        work()
+        end.record()
+        end.synchronize()
+        assert start.query() and end.query()
+        return start.elapsed_time(end)
+
+    x = torch.randn(512, 512, device="tpu")
+    with torch_tpu.eager_mode(mode):
+        small = timed(lambda: x.add(1))
+        large = timed(lambda: [x @ x for _ in range(8)])
+    assert 0 <= small < large, (small, large)
+    a, b = torch.Event(device="tpu"), torch.Event(device="tpu")  # no timing
+    a.record()
+    b.record()
+    with pytest.raises(ValueError, match="enable_timing=True"):
+        a.elapsed_time(b)
+
+
+def test_streams_are_the_device_queue():
+    s = torch.Stream(device="tpu")
+    assert s.device == torch.device("tpu:0")
+    with torch.tpu.stream(torch.tpu.Stream()):
+        y = torch.ones(4, device="tpu") * 2
+    s.synchronize()
+    assert y.cpu().tolist() == [2.0] * 4
+
+
+def test_memory_apis_of_cuda():
+    free, total = torch.accelerator.get_memory_info(0)
+    assert 0 < free <= total
+    assert torch.tpu.mem_get_info()[1] == total
+    assert "Allocated memory" in torch.tpu.memory_summary()
+    major, minor = torch.tpu.get_device_capability()
+    assert isinstance(major, int) and isinstance(minor, int)
+    assert torch.tpu.is_bf16_supported()
+
+
+def test_out_of_memory_raises_at_allocation_with_the_sizes():
+    with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 4096.00 GiB\. tpu:0"):
+        torch.empty(1 << 40, device="tpu")
+    torch.tpu.set_per_process_memory_fraction(0.0)
+    try:
+        with pytest.raises(torch.OutOfMemoryError, match="within this process's memory fraction"):
+            torch.empty(1024, device="tpu")
+    finally:
+        torch.tpu.set_per_process_memory_fraction(1.0)
+    assert torch.empty(1024, device="tpu").numel() == 1024
+    with pytest.raises(ValueError, match="Invalid fraction value: 2"):
+        torch.tpu.set_per_process_memory_fraction(2)

@@ -24,6 +24,7 @@ __all__ = [
     "device_count",
     "empty_cache",
     "get_amp_supported_dtype",
+    "get_device_capability",
     "get_device_name",
     "get_device_properties",
     "get_precision",
@@ -32,6 +33,7 @@ __all__ = [
     "init",
     "initial_seed",
     "is_available",
+    "is_bf16_supported",
     "is_initialized",
     "manual_seed",
     "manual_seed_all",
@@ -41,11 +43,13 @@ __all__ = [
     "memory_allocated",
     "memory_reserved",
     "memory_stats",
+    "memory_summary",
     "precision",
     "reset_peak_memory_stats",
     "seed",
     "seed_all",
     "set_device",
+    "set_per_process_memory_fraction",
     "set_precision",
     "set_rng_state",
     "set_rng_state_all",
@@ -150,13 +154,16 @@ class Stream(torch.Stream):
         pass  # the same queue
 
 
-class Event(torch.Event):
-    """``torch.cuda.Event``'s stand-in (recorded and waited for in queue order)."""
+class Event:
+    """``torch.cuda.Event``'s counterpart: a ``torch.Event`` of the tpu device. Recorded and
+    waited for in queue order; with ``enable_timing=True`` it also holds when the device
+    finished the work before it, so ``elapsed_time`` gives device time in milliseconds.
+    (A plain ``torch.Event``: PyTorch's ``elapsed_time`` accepts no subclass.)"""
 
     def __new__(
         cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False
-    ):
-        return super().__new__(cls, device="tpu", enable_timing=enable_timing, blocking=blocking)
+    ) -> torch.Event:
+        return torch.Event(device="tpu", enable_timing=enable_timing, blocking=blocking)
 
 
 def current_stream(device: Any = None) -> Stream:
@@ -313,14 +320,63 @@ def reset_peak_memory_stats(device: Any = None) -> None:
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
-    """(free, total) bytes of ``device``."""
-    props = _C._device_properties(_index(device))
-    if props["bytes_limit"] > 0:
-        total = props["bytes_limit"]
-        return total - props["bytes_in_use"], total
-    total = _host_memory()
-    free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    return free, total
+    """(free, total) bytes of ``device``: the plugin's memory limit (a GPU's), else the
+    host's memory, which the CPU platform's devices use."""
+    return torch.accelerator.get_memory_info(_index(device))
+
+
+def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+    """Allocations beyond ``fraction`` of the device's memory raise
+    ``torch.OutOfMemoryError``, as with ``torch.cuda.set_per_process_memory_fraction``."""
+    _C._set_memory_fraction(_index(device), float(fraction))
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """A readable table of ``memory_stats(device)``, like ``torch.cuda.memory_summary``."""
+    stats = memory_stats(device)
+    mib = 1024 * 1024
+
+    def line(name: str, current: int, peak: int, allocated: int, freed: int) -> str:
+        return f"| {name:<24} | {current:>12} | {peak:>12} | {allocated:>12} | {freed:>12} |"
+
+    rule = "|" + "=" * 85 + "|"
+    rows = [
+        rule,
+        f"|{'PyTorch tpu memory summary, device ID ' + str(_index(device)):^85}|",
+        rule,
+        line("Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed"),
+        "|" + "-" * 85 + "|",
+        line(
+            "Allocated memory (MiB)",
+            stats["allocated_bytes.all.current"] // mib,
+            stats["allocated_bytes.all.peak"] // mib,
+            stats["allocated_bytes.all.allocated"] // mib,
+            stats["allocated_bytes.all.freed"] // mib,
+        ),
+        line(
+            "Reserved memory (MiB)",
+            stats["reserved_bytes.all.current"] // mib,
+            stats["reserved_bytes.all.peak"] // mib,
+            "",
+            "",
+        ),
+        line("Allocations", "", "", stats["num_device_alloc"], stats["num_device_free"]),
+        rule,
+    ]
+    return "\n".join(rows) + "\n"
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    """The device's compute capability where its platform has one (an NVIDIA GPU's, e.g.
+    (9, 0) on an H200); (0, 0) on TPUs and the CPU platform."""
+    value = _C._device_properties(_index(device))["attributes"].get("compute_capability", "")
+    major, _, minor = value.partition(".")
+    return (int(major), int(minor or 0)) if major.isdigit() else (0, 0)
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Every platform computes in bfloat16 (a TPU natively)."""
+    return True
 
 
 def empty_cache() -> None:

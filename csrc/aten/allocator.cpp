@@ -1,7 +1,12 @@
 #include "aten/allocator.h"
 
-#include <mutex>
+#include <unistd.h>
 
+#include <iomanip>
+#include <mutex>
+#include <sstream>
+
+#include "aten/device.h"
 #include "aten/tensor_bridge.h"
 #include "engine/backend.h"
 #include "engine/storage_ops.h"
@@ -12,13 +17,57 @@ namespace {
 
 constexpr size_t kAggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
 
+struct MemoryCapacity {
+  uint64_t total, free;
+};
+
+std::string format_size(uint64_t bytes) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(2);
+  if (bytes < (1 << 20)) {
+    s << bytes / 1024.0 << " KiB";
+  } else if (bytes < (1ull << 30)) {
+    s << bytes / 1048576.0 << " MiB";
+  } else {
+    s << bytes / 1073741824.0 << " GiB";
+  }
+  return s.str();
+}
+
+// What the device has: the plugin's memory limit (a GPU's), else the host's
+// memory (the CPU platform's devices use it).
+MemoryCapacity capacity(c10::DeviceIndex device) {
+  runtime::MemoryStats stats = engine::Backend::get().client().memory_stats(device);
+  if (stats.bytes_limit > 0) {
+    return {static_cast<uint64_t>(stats.bytes_limit),
+            static_cast<uint64_t>(std::max<int64_t>(0, stats.bytes_limit - stats.bytes_in_use))};
+  }
+  uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGE_SIZE));
+  return {page * static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)),
+          page * static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES))};
+}
+
 class TpuAllocator final : public c10::DeviceAllocator {
  public:
+  // Storages take device memory at their first write; like CUDA, a request
+  // the device cannot hold fails here, with the sizes.
   at::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex device = current_device();
+    if (nbytes > 0) check_fits(device, nbytes);
     auto* slot = new engine::StorageSlot{device, nbytes, nullptr};
     record(device, static_cast<int64_t>(nbytes));
     return {slot, slot, &TpuAllocator::release, c10::Device(kTpu, device)};
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    MemoryCapacity c = capacity(device);
+    return {c.free, c.total};
+  }
+
+  // torch.tpu.set_per_process_memory_fraction
+  void set_memory_fraction(c10::DeviceIndex device, double fraction) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    limits(device).fraction = fraction;
   }
 
   at::DeleterFnPtr raw_deleter() const override { return &TpuAllocator::release; }
@@ -79,12 +128,44 @@ class TpuAllocator final : public c10::DeviceAllocator {
     return stats_[device];
   }
 
+  struct Limit {
+    uint64_t total = 0;  // 0: not asked yet
+    double fraction = 1.0;
+  };
+  Limit& limits(c10::DeviceIndex device) {
+    if (device >= static_cast<c10::DeviceIndex>(limits_.size())) limits_.resize(device + 1);
+    return limits_[device];
+  }
+
+  void check_fits(c10::DeviceIndex device, size_t nbytes) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    Limit& limit = limits(device);
+    if (limit.total == 0) {
+      lock.unlock();
+      uint64_t total = capacity(device).total;  // starts the backend: a device use
+      lock.lock();
+      limits(device).total = total;
+    }
+    const Limit& l = limits(device);
+    uint64_t allowed = static_cast<uint64_t>(static_cast<double>(l.total) * l.fraction);
+    uint64_t allocated = static_cast<uint64_t>(stats(device).allocated_bytes[kAggregate].current);
+    if (allocated + nbytes <= allowed) return;
+    uint64_t free = allowed > allocated ? allowed - allocated : 0;
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, false, "tpu out of memory. Tried to allocate ", format_size(nbytes),
+        ". tpu:", static_cast<int>(device), " has a total capacity of ", format_size(l.total),
+        " of which ", format_size(free), " is free",
+        l.fraction < 1.0 ? " within this process's memory fraction" : "",
+        ". Of the allocated memory ", format_size(allocated), " is allocated by PyTorch.");
+  }
+
  public:
   static TpuAllocator& instance();
 
  private:
   std::mutex mutex_;
   std::vector<c10::CachingDeviceAllocator::DeviceStats> stats_;
+  std::vector<Limit> limits_;
 };
 
 TpuAllocator g_allocator;
@@ -93,6 +174,13 @@ TpuAllocator& TpuAllocator::instance() { return g_allocator; }
 }  // namespace
 
 c10::DeviceAllocator* tpu_allocator() { return &g_allocator; }
+
+void set_memory_fraction(c10::DeviceIndex device, double fraction) {
+  TORCH_CHECK_VALUE(fraction >= 0 && fraction <= 1, "Invalid fraction value: ", fraction,
+                    ". Allowed range: 0~1");
+  check_device_index(device);
+  g_allocator.set_memory_fraction(device, fraction);
+}
 
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
   auto* slot = static_cast<engine::StorageSlot*>(storage->data_ptr().get_context());

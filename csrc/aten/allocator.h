@@ -10,6 +10,10 @@ namespace torch_tpu::aten {
 
 c10::DeviceAllocator* tpu_allocator();
 
+// torch.tpu.set_per_process_memory_fraction: allocations beyond `fraction`
+// of the device's memory raise torch.OutOfMemoryError.
+void set_memory_fraction(c10::DeviceIndex device, double fraction);
+
 // Grows or shrinks a tpu storage (contents kept, new bytes read as zero) and
 // keeps the memory statistics right.
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes);

@@ -34,6 +34,20 @@ void raise_torch_error(const engine::DataCheckFailure& failure) {
 
 namespace {
 
+struct TimingEvent {
+  int device;
+  std::shared_ptr<engine::CompletionMark> mark;
+};
+
+// Waits for the work a timing event marks; returns when it completed.
+int64_t wait(void* event) {
+  auto* timing = static_cast<TimingEvent*>(event);
+  if (!timing->mark->done()) {
+    raising_data_checks([&] { engine::synchronize(timing->device); });
+  }
+  return timing->mark->wait();
+}
+
 struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override { return kTpu; }
 
@@ -54,26 +68,53 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (d.index() >= 0) set_current_device(d.index());
   }
   c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT,
+                       c10::Device(kTpu, d.index() < 0 ? current_device() : d.index()));
   }
   c10::Stream getDefaultStream(c10::Device d) const override { return getStream(d); }
+  // One in-order queue per device: a new stream is that queue.
+  c10::Stream getNewStream(c10::Device d, int priority) const override { return getStream(d); }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
+    return getStream(d);
+  }
   c10::Stream exchangeStream(c10::Stream s) const override {
     return c10::Stream(c10::Stream::DEFAULT, s.device());
   }
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
 
-  // Work on a device is ordered (one stream), so events carry no information
-  // beyond "everything launched so far".
+  // Work on a device is ordered (one stream), so an event is "everything
+  // launched so far" and waiting on one orders nothing. Events that time
+  // (enable_timing=True) also hold when that work completed; the others are
+  // free (FSDP2 records many).
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
-              const c10::EventFlag flag) const override {}
+              const c10::EventFlag flag) const override {
+    if (flag != c10::EventFlag::BACKEND_DEFAULT) return;
+    auto* timing =
+        new TimingEvent{stream.device_index(), engine::mark_completion(stream.device_index())};
+    destroyEvent(*event, device_index);
+    *event = timing;
+  }
   void block(void* event, const c10::Stream& stream) const override {}
-  bool queryEvent(void* event) const override { return true; }
-  void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {}
+  bool queryEvent(void* event) const override {
+    return !event || static_cast<TimingEvent*>(event)->mark->done();
+  }
+  void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {
+    delete static_cast<TimingEvent*>(event);
+  }
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex device_index) const override {
+    TORCH_CHECK(start && end,
+                "Both events must be created with enable_timing=True and recorded before "
+                "calculating elapsed time.");
+    int64_t from = wait(start), to = wait(end);
+    return static_cast<double>(to - from) / 1e6;
+  }
   bool queryStream(const c10::Stream& stream) const override { return false; }
   void synchronizeStream(const c10::Stream& stream) const override {
     synchronizeDevice(stream.device_index());
   }
-  void synchronizeEvent(void* event) const override {}
+  void synchronizeEvent(void* event) const override {
+    if (event) wait(event);
+  }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     raising_data_checks([&] { engine::synchronize(device_index); });
   }

@@ -317,6 +317,15 @@ runtime::BufferPtr Backend::copy_to_device(const runtime::Buffer& buffer, int de
   return client_->copy_to_device(buffer, device);
 }
 
+void Backend::when_done(int device, std::function<void()> fn) {
+  const auto& queue = pending_.at(device);
+  if (queue.empty()) {
+    fn();
+  } else {
+    queue.back().done.on_ready(std::move(fn));
+  }
+}
+
 void Backend::synchronize(int device) {
   if (device < 0) {
     for (auto& queue : pending_) drain(queue, 0);

@@ -83,6 +83,8 @@ class Backend {
   // Waits for all launched work on `device` (-1: all devices) and raises the
   // first failure of asynchronous execution.
   void synchronize(int device);
+  // Runs `fn` once the work launched on `device` so far is done (now, if it is).
+  void when_done(int device, std::function<void()> fn);
 
   // Debug eager (TPU_LAUNCH_BLOCKING=1): every launch completes before the
   // next op, so a failure surfaces at the op that caused it.

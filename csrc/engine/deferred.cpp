@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <deque>
+#include <thread>
 #include <unordered_map>
 
 #include "engine/backend.h"
@@ -140,6 +142,8 @@ const char* reason_name(FlushReason reason) {
       return "mode_switch";
     case FlushReason::Storage:
       return "storage";
+    case FlushReason::Event:
+      return "event";
     case FlushReason::Repeat:
       return "repeat";
   }
@@ -326,6 +330,30 @@ void synchronize(int device) {
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   flush(device, FlushReason::Synchronize);
   backend.synchronize(device);
+}
+
+void CompletionMark::set_now() {
+  nanos_ = std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+               .count();
+}
+
+int64_t CompletionMark::wait() const {
+  // The launch's own wait may return just before PJRT runs its callbacks.
+  while (nanos_.load() < 0) std::this_thread::yield();
+  return earlier_ ? std::max(nanos_.load(), earlier_->wait()) : nanos_.load();
+}
+
+std::shared_ptr<CompletionMark> mark_completion(int device) {
+  static auto* last = new std::unordered_map<int, std::shared_ptr<CompletionMark>>();
+  Backend& backend = Backend::get();
+  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  flush(device, FlushReason::Event);
+  std::shared_ptr<CompletionMark>& previous = (*last)[device];
+  auto mark = std::make_shared<CompletionMark>(previous && !previous->done() ? previous : nullptr);
+  backend.when_done(device, [mark] { mark->set_now(); });
+  previous = mark;
+  return mark;
 }
 
 // ---------------------------------------------------------------- capture

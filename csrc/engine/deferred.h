@@ -4,6 +4,8 @@
 // and strict eager.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <string>
 
 #include "engine/op_call.h"
@@ -29,7 +31,8 @@ enum class FlushReason : int {
   Step,
   ModeSwitch,
   Storage,
-  Repeat
+  Repeat,
+  Event
 };
 
 // Compiles (or finds) and launches the pending graph of `device` (-1: every
@@ -40,6 +43,29 @@ void flush(int device, FlushReason reason);
 // raises the first failure of asynchronous execution. No-op before the
 // backend starts.
 void synchronize(int device);
+
+// When the work on a device up to some point completed, as the host saw
+// PJRT report it: what timing events (torch.Event(enable_timing=True)) hold.
+class CompletionMark {
+ public:
+  // `earlier`: the device's previous mark, if it was not done yet. PJRT may
+  // run completion callbacks out of order; a mark is never earlier than the
+  // marks before it.
+  explicit CompletionMark(std::shared_ptr<const CompletionMark> earlier)
+      : earlier_(std::move(earlier)) {}
+  bool done() const { return nanos_.load() >= 0 && (!earlier_ || earlier_->done()); }
+  // Steady-clock nanoseconds of the completion; waits for it.
+  int64_t wait() const;
+  void set_now();
+
+ private:
+  std::atomic<int64_t> nanos_{-1};
+  std::shared_ptr<const CompletionMark> earlier_;
+};
+
+// A mark of the work launched on `device` so far, pending DeferAndFuse work
+// included (which this launches).
+std::shared_ptr<CompletionMark> mark_completion(int device);
 
 // The slot's value is pending: it must be materialised before its buffer is
 // read or replaced outside a graph.

@@ -72,6 +72,9 @@ py::dict device_properties(int device) {
   d["id"] = info.id;
   d["bytes_limit"] = mem.bytes_limit;
   d["bytes_in_use"] = mem.bytes_in_use;
+  py::dict attributes;
+  for (const auto& [name, value] : info.attributes) attributes[py::str(name)] = value;
+  d["attributes"] = attributes;
   return d;
 }
 
@@ -128,6 +131,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_metrics", &metrics);
   m.def("_reset_metrics", [] { engine::metrics().reset(); });
   m.def("_memory_stats", &memory_stats);
+  m.def("_set_memory_fraction", [](int device, double fraction) {
+    aten::set_memory_fraction(static_cast<c10::DeviceIndex>(device), fraction);
+  });
   m.def("_reset_peak_memory_stats",
         [](int device) { aten::tpu_allocator()->resetPeakStats(device); });
   m.def("_set_precision", [](int p) { engine::set_precision(static_cast<hlo::Precision>(p)); });

@@ -35,6 +35,13 @@ void Event::await(const char* what) {
 }
 
 void Event::then(std::function<void()> fn) && {
+  on_ready(std::move(fn));
+  // The callback stays registered with the work's producer; the event, our
+  // handle on it, can go now.
+  Event consumed(std::move(*this));
+}
+
+void Event::on_ready(std::function<void()> fn) const {
   if (!event_) {
     fn();
     return;
@@ -61,9 +68,6 @@ void Event::then(std::function<void()> fn) && {
     delete static_cast<Callback*>(args.user_arg);
     throw;
   }
-  // The callback stays registered with the work's producer; the event, our
-  // handle on it, can go now.
-  Event consumed(std::move(*this));
 }
 
 bool Event::ready() const {
@@ -319,6 +323,15 @@ DeviceInfo Client::device_info(int index) const {
   debug.device_description = desc.device_description;
   plugin_->call(Fn::DeviceDescriptionDebugString, &debug, "PJRT_DeviceDescription_DebugString");
   info.description.assign(debug.value, debug.value_size);
+  if (plugin_->has(Fn::DeviceDescriptionAttributes)) {
+    auto attrs = TPU_ARGS(PJRT_DeviceDescription_Attributes_Args, attributes);
+    attrs.device_description = desc.device_description;
+    plugin_->call(Fn::DeviceDescriptionAttributes, &attrs, "PJRT_DeviceDescription_Attributes");
+    for (size_t i = 0; i < attrs.num_attributes; ++i) {
+      const PJRT_NamedValue& v = attrs.attributes[i];
+      info.attributes.emplace_back(std::string(v.name, v.name_size), named_value_text(v));
+    }
+  }
   return info;
 }
 

@@ -32,7 +32,9 @@ class Event {
   bool ready() const;
   bool valid() const { return event_ != nullptr; }
   // Runs `fn` once the work is done, failed or not, on whichever thread
-  // completes it (now, if it is done). Consumes the event.
+  // completes it (now, if it is done).
+  void on_ready(std::function<void()> fn) const;
+  // on_ready, consuming the event.
   void then(std::function<void()> fn) &&;
 
  private:
@@ -109,6 +111,8 @@ struct DeviceInfo {
   int id = 0;
   std::string kind;
   std::string description;
+  // What the plugin says of the device (CUDA: compute_capability, core_count, ...).
+  std::vector<std::pair<std::string, std::string>> attributes;
 };
 
 struct MemoryStats {

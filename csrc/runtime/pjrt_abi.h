@@ -262,6 +262,14 @@ struct PJRT_DeviceDescription_Id_Args {
   int id;
 };
 
+struct PJRT_DeviceDescription_Attributes_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_DeviceDescription* device_description;
+  size_t num_attributes;
+  const PJRT_NamedValue* attributes;
+};
+
 // Kind and DebugString share this layout.
 struct PJRT_DeviceDescription_String_Args {
   size_t struct_size;

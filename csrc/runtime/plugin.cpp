@@ -17,6 +17,10 @@ namespace {
 // `context`, no DeserializeAndLoad load options, ...).
 constexpr int kMinMinorVersion = 40;
 
+std::atomic<bool> g_forked{false};
+
+}  // namespace
+
 std::string named_value_text(const PJRT_NamedValue& v) {
   std::ostringstream s;
   switch (v.type) {
@@ -40,10 +44,6 @@ std::string named_value_text(const PJRT_NamedValue& v) {
   }
   return s.str();
 }
-
-std::atomic<bool> g_forked{false};
-
-}  // namespace
 
 const char* const kForkedChild =
     "Cannot re-initialize tpu in forked subprocess: the tpu backend started before this "

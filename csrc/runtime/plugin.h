@@ -32,6 +32,7 @@ enum class Fn : int {
   ClientCompile = 20,
   ClientBufferFromHostBuffer = 22,
   DeviceDescriptionId = 23,
+  DeviceDescriptionAttributes = 25,
   DeviceDescriptionKind = 26,
   DeviceDescriptionDebugString = 27,
   DeviceGetDescription = 29,
@@ -114,6 +115,9 @@ extern const char* const kForkedChild;
 // asking for the library by name gets this copy; a file that is missing or
 // does not load is skipped, and the plugin reports what it then lacks.
 void load_libraries(const std::vector<std::string>& paths);
+
+// A plugin's named value (attribute, option) as text; lists joined by ".".
+std::string named_value_text(const PJRT_NamedValue& value);
 
 // Zero-initialised argument struct with struct_size set, as every call needs.
 template <class Args>
