@@ -13,11 +13,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torch_tpu import _bounded, _C
+from torch_tpu import _C
+
+if TYPE_CHECKING:
+    from torch_tpu import _bounded
 
 _EAGER_BACKWARD = "force_non_lazy_backward_lowering"  # an AOTAutograd option
 _IGNORED_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -46,6 +49,10 @@ class CompiledGraph:
         # Runs at the bounds of its sizes (bounded_dynamism), or None: one program per size.
         self.bounds: _bounded.BoundedGraph | None = None
         if bounded:
+            # Imported here: it imports sympy (half a second), which `import torch` with
+            # autoload would otherwise pay.
+            from torch_tpu import _bounded
+
             try:
                 self.bounds = _bounded.BoundedGraph(gm)
             except _bounded.NotBounded as e:
@@ -105,7 +112,9 @@ class CompiledGraph:
             if self.bounds is not None:
                 # Ops that ran outside the recorded program lost the sizes of the
                 # padding: this call's results are not the call's own.
-                raise _bounded.NotBounded(str(e)) from e
+                from torch_tpu._bounded import NotBounded
+
+                raise NotBounded(str(e)) from e
             self.eager_reason = str(e)
             _warn_once(
                 f"torch.compile(backend='tpu'): a graph runs op by op because {e}; "

@@ -16,14 +16,14 @@ at::ScalarType dtype(const c10::IValue& v) { return v.toTensor().scalar_type(); 
 // ---------------------------------------------------------------- products
 
 // addmm, addbmm, _addmm_activation(self, mat1, mat2, ...), in the CPU's order.
-void addmm(Args a, at::ScalarType) {
+void addmm(Args a) {
   TORCH_CHECK(dtype(a[0]) == dtype(a[2]), "self and mat2 must have the same dtype, but got ",
               dtype(a[0]), " and ", dtype(a[2]));
   TORCH_CHECK(dtype(a[1]) == dtype(a[2]), "mat1 and mat2 must have the same dtype, but got ",
               dtype(a[1]), " and ", dtype(a[2]));
 }
 
-void mm(Args a, at::ScalarType) {
+void mm(Args a) {
   const at::Tensor &m1 = a[0].toTensor(), &m2 = a[1].toTensor();
   TORCH_CHECK(m1.dtype() == m2.dtype(),
               "expected m1 and m2 to have the same dtype, but got: ", m1.dtype(),
@@ -31,13 +31,13 @@ void mm(Args a, at::ScalarType) {
 }
 
 // mv(self, vec) is addmv(vec-typed result, self, vec) on the CPU.
-void mv(Args a, at::ScalarType) {
+void mv(Args a) {
   TORCH_CHECK(dtype(a[0]) == dtype(a[1]), "addmv input tensors must have the same dtype, but got ",
               dtype(a[1]), ", ", dtype(a[0]), ", and ", dtype(a[1]));
 }
 
 // convolution, _convolution(input, weight, bias, ...)
-void convolution(Args a, at::ScalarType) {
+void convolution(Args a) {
   const at::Tensor& input = a[0].toTensor();
   TORCH_CHECK(dtype(a[1]) == input.scalar_type(), "expected scalar type ", input.scalar_type(),
               " but found ", dtype(a[1]));
@@ -49,7 +49,7 @@ void convolution(Args a, at::ScalarType) {
 }
 
 // pow(self, exponent: Scalar)
-void pow_scalar(Args a, at::ScalarType) {
+void pow_scalar(Args a) {
   c10::Scalar exponent = a[1].toScalar();
   TORCH_CHECK(!(at::isIntegralType(dtype(a[0]), true) && exponent.isIntegral(true) &&
                 exponent.toLong() < 0),
@@ -67,9 +67,24 @@ void converts(const c10::IValue& value, at::ScalarType result) {
                  AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), at::kHalf, at::kBFloat16, at::kBool);
 }
 
-template <int... values>
-void fill_values(Args a, at::ScalarType result) {
-  (converts(a[values], result), ...);
+// fill_, masked_fill, index_fill: the value becomes self's type.
+template <int value>
+void fill_value(Args a) {
+  converts(a[value], dtype(a[0]));
+}
+
+// clamp(self, min, max): the bounds become the promoted type.
+void clamp_bounds(Args a) {
+  const at::Tensor& self = a[0].toTensor();
+  at::ScalarType result = self.scalar_type();
+  for (int i : {1, 2}) {
+    if (i < static_cast<int>(a.size()) && !a[i].isNone()) {
+      result = c10::promoteTypes(result, at::result_type(self, a[i].toScalar()));
+    }
+  }
+  for (int i : {1, 2}) {
+    if (i < static_cast<int>(a.size())) converts(a[i], result);
+  }
 }
 
 // ---------------------------------------------------------------- random
@@ -83,15 +98,15 @@ void random_range(const at::Tensor& self, int64_t from, std::optional<int64_t> t
 }
 
 // random_.from(self, from, to, generator)
-void random_from(Args a, at::ScalarType) {
+void random_from(Args a) {
   random_range(a[0].toTensor(), a[1].toInt(), a[2].toOptional<int64_t>());
 }
 
 // random_.to(self, to, generator)
-void random_to(Args a, at::ScalarType) { random_range(a[0].toTensor(), 0, a[1].toInt()); }
+void random_to(Args a) { random_range(a[0].toTensor(), 0, a[1].toInt()); }
 
 // uniform(self, from, to, generator), as uniform_impl_ checks it.
-void uniform(Args a, at::ScalarType) {
+void uniform(Args a) {
   const at::Tensor& self = a[0].toTensor();
   double from = a[1].toDouble(), to = a[2].toDouble();
   at::ScalarType type = c10::toRealValueType(self.scalar_type());
@@ -110,7 +125,7 @@ void uniform(Args a, at::ScalarType) {
 }
 
 // bernoulli.p(self, p, generator)
-void bernoulli_p(Args a, at::ScalarType) {
+void bernoulli_p(Args a) {
   double p = a[1].toDouble();
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
 }
@@ -126,12 +141,12 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::_convolution", convolution},
       {"aten::pow.Tensor_Scalar", pow_scalar},
       {"aten::pow_.Scalar", pow_scalar},  // in place of pow.Tensor_Scalar
-      {"aten::fill.Scalar", fill_values<1>},
-      {"aten::masked_fill.Scalar", fill_values<2>},
-      {"aten::index_fill.int_Scalar", fill_values<3>},
-      {"aten::clamp", fill_values<1, 2>},
-      {"aten::clamp_min", fill_values<1>},
-      {"aten::clamp_max", fill_values<1>},
+      {"aten::fill.Scalar", fill_value<1>},
+      {"aten::masked_fill.Scalar", fill_value<2>},
+      {"aten::index_fill.int_Scalar", fill_value<3>},
+      {"aten::clamp", clamp_bounds},
+      {"aten::clamp_min", clamp_bounds},
+      {"aten::clamp_max", clamp_bounds},
       {"aten::random.from", random_from},
       {"aten::random.to", random_to},
       {"aten::uniform", uniform},

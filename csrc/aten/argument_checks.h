@@ -12,8 +12,9 @@
 
 namespace torch_tpu::aten {
 
-// `args` are the call's arguments, `result` the dtype of its first result.
-using ArgumentCheck = void (*)(c10::ArrayRef<c10::IValue> args, at::ScalarType result);
+// Raises the CPU's error for `args`, a call's arguments. Runs before the meta
+// kernel, as the CPU's kernel checks before PyTorch's meta functions would.
+using ArgumentCheck = void (*)(c10::ArrayRef<c10::IValue> args);
 
 // The check of operator `op_name` ("aten::fill_.Scalar"), found under its
 // functional name; nullptr when it has none.

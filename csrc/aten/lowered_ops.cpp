@@ -593,13 +593,10 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   if (device < 0) device = current_device();
 
-  // PyTorch's meta kernel validates the call and describes the results.
+  // The CPU's checks of the arguments, then PyTorch's meta kernel validates
+  // the call and describes the results.
+  if (binding.argument_check) binding.argument_check(args);
   std::optional<MetaResult> meta = meta_results(binding, op, args);
-  if (meta && binding.argument_check) {
-    const auto& first =
-        meta->returns.empty() || meta->returns[0].empty() ? std::nullopt : meta->returns[0][0];
-    binding.argument_check(args, first ? first->dtype : at::ScalarType::Undefined);
-  }
   if (!meta) {
     cpu_fallback(op, stack);
     return;
