@@ -139,3 +139,15 @@ def test_compiled_graphs_check_too():
     )
     with pytest.raises(IndexError, match=r"index 8 is out of bounds for dimension 0 with size 5"):
         compiled(w, torch.tensor([0, 8], device="tpu")).item()
+
+
+@torch_tpu.eager_mode("strict")
+def test_a_failed_launch_does_not_fail_the_checks_after_it():
+    w = torch.randn(5, 3, device="tpu")
+    poisoned = torch.tensor([0, 1], device="tpu")
+    torch_tpu._C._poison_storage(poisoned, "injected device failure")
+    w.index_select(0, poisoned)  # its error code comes from a failed launch
+    with pytest.raises(RuntimeError, match="injected device failure"):
+        torch.tpu.synchronize()
+    good = torch.tensor([4, 0], device="tpu")
+    torch.testing.assert_close(w.index_select(0, good).cpu(), w.cpu().index_select(0, good.cpu()))

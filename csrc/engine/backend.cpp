@@ -213,13 +213,18 @@ std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, b
   return executable;
 }
 
-void Backend::drain(std::deque<Pending>& queue, size_t keep) {
+void Backend::drain(int device, size_t keep) {
+  auto& queue = pending_.at(device);
   while (queue.size() > keep) {
     Pending p = std::move(queue.front());
     queue.pop_front();
     std::string status = p.done.await_status();
     if (!status.empty()) {
       queue.clear();
+      // The error code may come from the failed launch: programs after it
+      // start from a clean one rather than fail on it too.
+      check_codes_[device] = nullptr;
+      check_code_unread_[device] = false;
       throw runtime::Error("asynchronous execution of " + p.op + " failed on tpu: " + status, 13);
     }
   }
@@ -235,9 +240,8 @@ runtime::Launch Backend::launch(const runtime::Executable& executable, int devic
 
 void Backend::track(int device, runtime::Event done, const std::string& op,
                     std::shared_ptr<runtime::Executable> executable) {
-  auto& queue = pending_[device];
-  queue.push_back({std::move(done), op, std::move(executable)});
-  drain(queue, launch_blocking() ? 0 : kMaxInFlight);
+  pending_[device].push_back({std::move(done), op, std::move(executable)});
+  drain(device, launch_blocking() ? 0 : kMaxInFlight);
   if (launch_blocking()) raise_failed_checks(device);
 }
 
@@ -264,7 +268,10 @@ void Backend::raise_failed_checks(int device) {
   check_code_unread_[device] = false;
   int64_t code[2] = {0, 0};
   // A failed launch leaves no code; its failure is reported by its own wait.
-  if (!check_codes_[device]->to_host(code).await_status().empty()) return;
+  if (!check_codes_[device]->to_host(code).await_status().empty()) {
+    check_codes_[device] = nullptr;
+    return;
+  }
   if (code[0] != 0) check_codes_[device] = nullptr;  // the next program starts clean
   metrics().device_to_host_transfers++;
   metrics().device_to_host_bytes += sizeof(code);
@@ -328,9 +335,9 @@ void Backend::when_done(int device, std::function<void()> fn) {
 
 void Backend::synchronize(int device) {
   if (device < 0) {
-    for (auto& queue : pending_) drain(queue, 0);
+    for (int d = 0; d < device_count(); ++d) drain(d, 0);
   } else {
-    drain(pending_.at(device), 0);
+    drain(device, 0);
   }
   raise_failed_checks(device);
 }

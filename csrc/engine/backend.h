@@ -102,7 +102,8 @@ class Backend {
     std::string op;
     std::shared_ptr<runtime::Executable> executable;
   };
-  void drain(std::deque<Pending>& queue, size_t keep);
+  // Awaits the oldest launches of `device` until `keep` are in flight.
+  void drain(int device, size_t keep);
 
   std::unique_ptr<runtime::Client> client_;
   std::vector<std::unique_ptr<runtime::DeviceLock>> locks_;
