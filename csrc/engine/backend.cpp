@@ -9,6 +9,7 @@
 
 #include "engine/data_checks.h"
 #include "engine/metrics.h"
+#include "engine/trace.h"
 #include "runtime/compile_options.h"
 #include "runtime/crash_note.h"
 #include "runtime/visible_devices.h"
@@ -181,7 +182,9 @@ void dump_program(const std::string& mlir) {
   std::ofstream(std::string(dir) + "/program_" + std::to_string(count++) + ".mlir") << mlir;
 }
 
-std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, bool fast) {
+std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, bool fast,
+                                                      const std::string& name) {
+  TraceSpan span("tpu::compile", name);
   dump_program(mlir);
   const std::string& options = fast ? fast_options_ : full_options_;
   auto start = std::chrono::steady_clock::now();
@@ -300,6 +303,7 @@ runtime::BufferPtr Backend::scalar_buffer(int device, ElementType type, const vo
 runtime::BufferPtr Backend::upload(const void* data, ElementType type,
                                    const std::vector<int64_t>& dims, int device,
                                    std::function<void()> release) {
+  TraceSpan span("tpu::host_to_device");
   auto buffer = release ? client_->buffer_using_host(data, type, dims, device, std::move(release))
                         : client_->buffer_from_host(data, type, dims, device);
   metrics().host_to_device_transfers++;
@@ -308,6 +312,7 @@ runtime::BufferPtr Backend::upload(const void* data, ElementType type,
 }
 
 void Backend::download(const runtime::Buffer& buffer, void* dst, const std::string& op) {
+  TraceSpan span("tpu::device_to_host", op);
   runtime::Event done = buffer.to_host(dst);
   std::string status = done.await_status();
   metrics().device_to_host_transfers++;
@@ -334,6 +339,7 @@ void Backend::when_done(int device, std::function<void()> fn) {
 }
 
 void Backend::synchronize(int device) {
+  TraceSpan span("tpu::synchronize");
   if (device < 0) {
     for (int d = 0; d < device_count(); ++d) drain(d, 0);
   } else {

@@ -49,7 +49,9 @@ class Backend {
 
   // Compiles MLIR text, counting compiles and compile time; finds it in the
   // persistent cache when an earlier process compiled it.
-  std::shared_ptr<runtime::Executable> compile(const std::string& mlir, bool fast);
+  // `name`: what the program is (for profilers), e.g. its op.
+  std::shared_ptr<runtime::Executable> compile(const std::string& mlir, bool fast,
+                                               const std::string& name);
   // Launches asynchronously; the caller adopts the outputs, then passes the
   // completion event to track().
   runtime::Launch launch(const runtime::Executable& executable, int device,

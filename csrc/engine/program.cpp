@@ -9,6 +9,7 @@
 #include "engine/backend.h"
 #include "engine/data_checks.h"
 #include "engine/metrics.h"
+#include "engine/trace.h"
 #include "engine/view_layout.h"
 #include "lower/helpers.h"
 
@@ -350,7 +351,7 @@ Program ProgramBuilder::finish(const std::string* name, const std::vector<bool>&
   }
   program.params = std::move(st.params);
   program.random_consumed = std::max<int64_t>(st.first_random, 0);
-  program.executable = Backend::get().compile(st.b.module_text(outputs), /*fast=*/true);
+  program.executable = Backend::get().compile(st.b.module_text(outputs), /*fast=*/true, *name);
   return program;
 }
 
@@ -422,6 +423,7 @@ runtime::BufferPtr random_state_buffer(int device, uint64_t seed, uint64_t offse
 
 runtime::Launch launch_with(const Program& program, int device,
                             std::vector<runtime::BufferPtr> params) {
+  TraceSpan span("tpu::launch", *program.name);
   Backend& backend = Backend::get();
   if (program.checks_param >= 0) params[program.checks_param] = backend.check_code(device);
   std::vector<runtime::Buffer*> inputs;

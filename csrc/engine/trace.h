@@ -1,0 +1,35 @@
+// Spans of the engine's own work (compiling a program, launching it, moving
+// data between host and device, waiting) for a profiler. The PyTorch layer
+// installs hooks that make them torch.profiler events, so a first call's
+// compile shows as its own event instead of in its op's time. Without hooks,
+// or while no profiler listens, a span costs a branch.
+#pragma once
+
+#include <string>
+
+namespace torch_tpu::engine {
+
+struct TraceHooks {
+  // Whether a profiler listens now (checked before a span builds its name).
+  bool (*active)() = nullptr;
+  // Starts a span; returns what end() receives.
+  void* (*begin)(const std::string& name) = nullptr;
+  void (*end)(void* span) = nullptr;
+};
+
+void set_trace_hooks(TraceHooks hooks);
+
+class TraceSpan {
+ public:
+  // "tpu::compile" and "aten::mm" make the event "tpu::compile(aten::mm)".
+  TraceSpan(const char* what, const std::string& subject);
+  explicit TraceSpan(const char* what) : TraceSpan(what, std::string()) {}
+  TraceSpan(const TraceSpan&) = delete;
+  TraceSpan& operator=(const TraceSpan&) = delete;
+  ~TraceSpan();
+
+ private:
+  void* span_ = nullptr;
+};
+
+}  // namespace torch_tpu::engine
