@@ -631,3 +631,19 @@ def test_profiler_shows_compiles_launches_and_transfers(tmp_path):
     trace = tmp_path / "trace.json"
     prof.export_chrome_trace(str(trace))
     assert "tpu::launch(aten::special_erfcx)" in trace.read_text()
+
+
+def test_exit_spares_the_last_collection_only_after_device_use(tmp_path):
+    out = run_python(
+        """
+        import gc, torch, torch_tpu
+        torch_tpu._freeze_objects_at_exit()  # the atexit handler
+        print(gc.get_freeze_count() > 0)
+        torch.ones(1, device="tpu").cpu()
+        torch_tpu._freeze_objects_at_exit()
+        print(gc.get_freeze_count() > 0)
+        """,
+        TORCH_TPU_LOCK_DIR=str(tmp_path),
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]

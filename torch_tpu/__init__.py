@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 
@@ -90,6 +91,24 @@ from .dynamism import get_dynamism_info, mark_dynamic  # noqa: E402
 from ._compile import install_default_backend  # noqa: E402
 
 install_default_backend()
+
+
+def _freeze_objects_at_exit() -> None:
+    """Spares the interpreter's last garbage collection the objects alive at exit.
+
+    A process's first tpu op runs PyTorch's Python meta kernels, which import
+    torch._dynamo (800 modules, 120,000 more objects): the collection at interpreter
+    shutdown then took ~0.4 s more (exit 0.9 s against 0.44 s for plain torch, 2 cores).
+    Frozen, those objects are freed by reference counting as modules are cleared, as
+    before, but no longer traced (exit 0.19 s). Only in processes that used the device;
+    objects in reference cycles are not finalized at exit, which Python never promised."""
+    if _C._is_started():
+        import gc
+
+        gc.freeze()
+
+
+atexit.register(_freeze_objects_at_exit)
 
 
 def platform() -> str:
