@@ -95,6 +95,16 @@ py::dict plugin_info() {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu native extension";
+  // A failed data check raised by any binding (a synchronize, a replayed graph
+  // in debug mode) is the CPU's exception; ops raise it through the dispatcher.
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const engine::DataCheckFailure& failure) {
+      PyErr_SetString(failure.index_error() ? PyExc_IndexError : PyExc_RuntimeError,
+                      failure.what());
+    }
+  });
   m.def("_configure", [](const std::string& platform, const std::string& plugin, int cpu_devices,
                          const std::string& problem, const std::vector<std::string>& libraries) {
     engine::Backend::configure({platform, plugin, cpu_devices, problem, libraries});
@@ -115,8 +125,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_properties", &device_properties);
   m.def("_plugin_info", &plugin_info);
   m.def(
-      "_synchronize",
-      [](int device) { aten::raising_data_checks([&] { engine::synchronize(device); }); },
+      "_synchronize", [](int device) { engine::synchronize(device); },
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "_set_eager_mode",
