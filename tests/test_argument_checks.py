@@ -1,15 +1,26 @@
 """Argument checks the CPU's kernels make before computing, on values the host knows
-(dtypes, Python scalars): a tpu op raises the CPU's exception instead of computing."""
+(dtypes, shapes, Python scalars): a tpu op raises the CPU's exception instead of
+computing."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 L, I8 = torch.int64, torch.int8
+INF = float("inf")
 
 
 def ones(*shape, dtype=torch.float32, device="cpu"):
     return torch.ones(*shape, dtype=dtype, device=device)
+
+
+def longs(*values, device="cpu"):
+    return torch.tensor(values, dtype=L, device=device)
+
+
+def put_item(x, index, value):
+    x[index] = value
+    return x
 
 
 CASES = {
@@ -59,6 +70,50 @@ CASES = {
     "bernoulli_inplace_p": lambda d: torch.zeros(3, device=d).bernoulli_(2.0),
     "uniform_reversed": lambda d: torch.empty(2, device=d).uniform_(2, 1),
     "uniform_infinite": lambda d: torch.empty(2, device=d).uniform_(0, float("inf")),
+    # Zero-size dimensions (issue 18, item 5).
+    "median_dim_empty": lambda d: ones(0, 3, device=d).median(0),
+    "nanmedian_dim_empty": lambda d: ones(3, 0, device=d).nanmedian(-1),
+    "mode_empty": lambda d: ones(0, device=d).mode(),
+    "kthvalue_empty": lambda d: ones(0, 3, device=d).kthvalue(1, 0),
+    "max_dim_empty": lambda d: ones(0, 3, device=d).max(0),
+    "min_dim_empty": lambda d: ones(3, 0, device=d).min(1),
+    "argmax_empty": lambda d: ones(0, device=d).argmax(),
+    "argmin_dim_empty": lambda d: ones(3, 0, device=d).argmin(-1),
+    "amax_dim_empty": lambda d: ones(3, 0, device=d).amax(-1),
+    "amin_empty": lambda d: ones(0, 3, device=d).amin(),
+    "aminmax_empty": lambda d: ones(0, 3, device=d).aminmax(),
+    "aminmax_dim_empty": lambda d: ones(0, 3, device=d).aminmax(dim=0),
+    # The meta kernel's result for ord=2 is cached; ord=-inf must still raise.
+    "vector_norm_negative_after_2": lambda d: [
+        torch.linalg.vector_norm(ones(0, 3, device=d), p, dim=0) for p in (2, -INF)
+    ],
+    "norm_inf_empty": lambda d: torch.norm(ones(0, 3, device=d), INF),
+    "index_into_empty_dim": lambda d: ones(0, 3, device=d)[longs(0, device=d)],
+    "index_put_into_empty_dim": lambda d: put_item(ones(0, device=d), longs(0, device=d), 1.0),
+    "index_select_empty_rows": lambda d: ones(0, 3, device=d).index_select(0, longs(0, device=d)),
+    "embedding_empty_weight": lambda d: F.embedding(longs(0, device=d), ones(0, 3, device=d)),
+    "put_into_empty": lambda d: ones(0, device=d).put(longs(0, device=d), ones(1, device=d)),
+    "put_count": lambda d: ones(3, device=d).put(longs(0, 1, device=d), ones(1, device=d)),
+    "index_copy_count": lambda d: ones(3, 2, device=d).index_copy(
+        0, longs(0, 1, device=d), ones(1, 2, device=d)
+    ),
+    "index_copy_index_rank": lambda d: ones(3, 2, device=d).index_copy(
+        0, longs(0, device=d)[None], ones(1, 2, device=d)
+    ),
+    "index_copy_slices": lambda d: ones(3, 2, 4, device=d).index_copy(
+        0, longs(0, device=d), ones(1, 3, 5, device=d)
+    ),
+    "slice_scatter_shape": lambda d: ones(4, 4, device=d).slice_scatter(
+        ones(3, 4, device=d), 0, 0, 2
+    ),
+    "select_scatter_index": lambda d: ones(4, 4, device=d).select_scatter(ones(4, device=d), 0, 7),
+    "diagonal_scatter_shape": lambda d: ones(4, 4, device=d).diagonal_scatter(ones(3, device=d)),
+    "grid_sample_empty": lambda d: F.grid_sample(
+        ones(1, 1, 0, 3, device=d), ones(1, 2, 2, 2, device=d), align_corners=False
+    ),
+    "batch_norm_training_empty": lambda d: torch.native_batch_norm(
+        ones(0, 2, 3, device=d), None, None, None, None, True, 0.1, 1e-5
+    ),
 }
 
 # Calls that look alike but are valid: they must still compute.
@@ -68,12 +123,24 @@ VALID = {
     "full_unsigned_wraps": lambda d: torch.full((2,), -1, dtype=torch.uint8, device=d),
     "clamp_promotes": lambda d: torch.zeros(2, dtype=I8, device=d).clamp(max=2.5),
     "randint": lambda d: torch.randint(3, 4, (3,), device=d),
+    # Zero-size tensors whose reduced or indexed dimensions are not empty.
+    "median_dim_empty_result": lambda d: ones(0, 3, device=d).median(1).values,
+    "mode_empty_result": lambda d: ones(0, 3, device=d).mode(1).indices,
+    "argmax_empty_result": lambda d: ones(0, 3, device=d).argmax(1),
+    "amax_empty_result": lambda d: ones(0, 3, device=d).amax(1),
+    "vector_norm_inf_empty_result": lambda d: torch.linalg.vector_norm(
+        ones(0, 3, device=d), INF, dim=1
+    ),
+    "index_empty_result": lambda d: ones(3, 0, device=d)[longs(1, device=d)],
+    "index_select_empty_index": lambda d: ones(0, 3, device=d).index_select(0, longs(device=d)),
+    "put_nothing_into_empty": lambda d: ones(0, device=d).put(longs(device=d), ones(0, device=d)),
+    "slice_scatter": lambda d: ones(4, 4, device=d).slice_scatter(ones(2, 4, device=d), 0, 0, 2),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_invalid_arguments_raise_like_the_cpu(case):
-    with pytest.raises(RuntimeError) as cpu:
+    with pytest.raises((RuntimeError, IndexError)) as cpu:
         CASES[case]("cpu")
     with pytest.raises(type(cpu.value)) as tpu:
         CASES[case]("tpu")

@@ -262,7 +262,7 @@ def test_arg_reductions_of_zero_dim_and_empty():
         (lambda t: torch.min(t), "Expected reduction dim to be specified"),
         (lambda t: torch.max(t, 0), "Expected reduction dim 0 to have non-zero size"),
         (lambda t: torch.argmin(t, 0), "reduction dim 0 to have non-zero size"),
-        (lambda t: torch.amax(t, 0), "zero-size dimension"),
+        (lambda t: torch.amax(t, 0), "reduction dim 0 to have non-zero size"),
     ],
 )
 def test_empty_extrema_raise(fn, message):

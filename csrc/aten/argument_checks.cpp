@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 #include <ATen/native/DistributionTemplates.h>
+#include <ATen/native/GridSamplerUtils.h>
+#include <ATen/native/ReduceOpsUtils.h>
+#include <c10/util/StringUtil.h>
 
 #include <unordered_map>
 
@@ -130,6 +133,235 @@ void bernoulli_p(Args a) {
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
 }
 
+// ---------------------------------------------------------------- empty tensors
+
+// Reductions without an identity over a zero-size dimension: the CPU raises
+// an IndexError naming the dimension (wrapped, except for amax/amin), where
+// PyTorch's meta kernels raise a RuntimeError or let median and mode compute.
+void check_reduced_dim(Args a, size_t dim_at, const char* name) {
+  const at::Tensor& self = a[0].toTensor();
+  if (self.numel() != 0) return;
+  at::native::zero_numel_check_dims(self, at::maybe_wrap_dim(a[dim_at].toInt(), self.dim()), name);
+}
+
+// median.dim, nanmedian.dim, mode, max.dim, min.dim(self, dim, ...)
+template <const char* name>
+void reduction(Args a) {
+  check_reduced_dim(a, 1, name);
+}
+
+constexpr char kMedian[] = "median()", kMode[] = "mode()", kMax[] = "max()", kMin[] = "min()",
+               kArgmax[] = "argmax()", kArgmin[] = "argmin()", kAmax[] = "amax()",
+               kAmin[] = "amin()";
+
+// kthvalue(self, k, dim, keepdim)
+void kthvalue(Args a) { check_reduced_dim(a, 2, "kthvalue()"); }
+
+// argmax, argmin(self, dim=None, keepdim)
+template <const char* name>
+void arg_reduction(Args a) {
+  const at::Tensor& self = a[0].toTensor();
+  if (!a[1].isNone()) return check_reduced_dim(a, 1, name);
+  TORCH_CHECK_INDEX(self.numel() != 0, name,
+                    ": Expected reduction dim to be specified for input.numel() == 0.");
+}
+
+// amax, amin(self, dim=[], keepdim)
+template <const char* name>
+void amax_amin(Args a) {
+  const at::Tensor& self = a[0].toTensor();
+  if (self.numel() == 0) at::native::zero_numel_check_dims(self, a[1].toDimVector(), name);
+}
+
+// aminmax(self, *, dim=None, keepdim)
+void aminmax(Args a) {
+  const at::Tensor& self = a[0].toTensor();
+  if (self.numel() != 0) return;
+  TORCH_CHECK(!a[1].isNone(),
+              "aminmax(): cannot compute aminmax over an empty dimension as the operation has "
+              "no identity.");
+  check_reduced_dim(a, 1, "aminmax");
+}
+
+// The infinity and negative norms have no identity either. PyTorch's meta
+// kernel checks this too, but the meta cache keeps its result for the next
+// call with another `ord` (Scalar arguments are runtime operands).
+void vector_norm_of_empty(const at::Tensor& self, const c10::IValue& ord, const c10::IValue& dims) {
+  if (self.numel() != 0 || ord.isNone()) return;
+  c10::Scalar p = ord.toScalar();
+  double order = p.toDouble();
+  if (!(order < 0 || order == std::numeric_limits<double>::infinity())) return;
+  std::vector<int64_t> dim = dims.isNone() ? std::vector<int64_t>{} : dims.toIntVector();
+  TORCH_CHECK(!dim.empty(), "linalg.vector_norm cannot compute the ", p,
+              " norm on an empty tensor because the operation does not have an identity");
+  for (int64_t d : dim) {
+    TORCH_CHECK(self.size(d) != 0, "linalg.vector_norm cannot compute the ", p,
+                " norm on the dimension ", d,
+                "because this dimension is empty and the operation does not have an identity");
+  }
+}
+
+// linalg_vector_norm(self, ord, dim, ...), norm.ScalarOpt_dim(_dtype)(self, p, dim, ...)
+void vector_norm_dim(Args a) { vector_norm_of_empty(a[0].toTensor(), a[1], a[2]); }
+
+// norm.Scalar(self, p), norm.ScalarOpt_dtype(self, p, *, dtype): all elements.
+void vector_norm_all(Args a) { vector_norm_of_empty(a[0].toTensor(), a[1], c10::IValue()); }
+
+// index_select of a self of rank > 1 with no elements: the CPU refuses a
+// zero-size `dim` before reading any index. (A 1-d one fails the rule's
+// check of every index.)
+void select_rows_of_empty(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  TORCH_CHECK(!(self.dim() > 1 && index.numel() > 0 && self.size(dim) == 0),
+              "index_select(): self indexing axis dim should be positive");
+}
+
+bool is_index_type(const at::Tensor& index) {
+  return index.scalar_type() == at::kLong || index.scalar_type() == at::kInt;
+}
+
+// index_select(self, dim, index), after the checks of the meta kernel's
+// that come first on the CPU.
+void index_select(Args a) {
+  const at::Tensor &self = a[0].toTensor(), &index = a[2].toTensor();
+  if (index.dim() > 1 || !is_index_type(index)) return;
+  select_rows_of_empty(self, at::maybe_wrap_dim(a[1].toInt(), self.dim()), index);
+}
+
+// embedding(weight, indices, ...) selects rows with index_select on the CPU.
+void embedding(Args a) {
+  const at::Tensor &weight = a[0].toTensor(), &indices = a[1].toTensor();
+  if (weight.dim() == 2 && is_index_type(indices)) select_rows_of_empty(weight, 0, indices);
+}
+
+// index, index_put, _index_put_impl_ and their _unsafe forms(self, Tensor?[]
+// indices, ...), with masks already made indices (but the one mask of a
+// masked fill, whose count is data): an index into a zero-size dimension can
+// only be out of range, which the CPU says before reading it.
+void advanced_index(Args a) {
+  const at::Tensor& self = a[0].toTensor();
+  c10::List<std::optional<at::Tensor>> indices = a[1].toOptionalTensorList();
+  bool into_empty = false;
+  for (size_t d = 0; d < indices.size(); ++d) {
+    std::optional<at::Tensor> index = indices[d];
+    if (!index || !index->defined()) continue;
+    if (index->scalar_type() == at::kBool || index->scalar_type() == at::kByte) return;
+    if (index->numel() == 0) return;  // the broadcast indices select nothing
+    into_empty |= static_cast<int64_t>(d) < self.dim() && self.size(d) == 0;
+  }
+  TORCH_CHECK_INDEX(!into_empty, "index is out of bounds for dimension with size 0");
+}
+
+// put(self, index, source, accumulate), as put_ checks before writing.
+void put(Args a) {
+  const at::Tensor &self = a[0].toTensor(), &index = a[1].toTensor(), &source = a[2].toTensor();
+  TORCH_CHECK(index.scalar_type() == at::kLong,
+              "put_(): Expected a long tensor for index, but got ", index.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(),
+              "put_(): self and source expected to have the same dtype, but got self.dtype = ",
+              self.scalar_type(), " and source.dtype = ", source.scalar_type());
+  TORCH_CHECK_INDEX(source.numel() == index.numel(),
+                    "put_(): Expected source and index to have the same number of elements, "
+                    "but got source.numel() = ",
+                    source.numel(), ", index.numel() = ", index.numel());
+  TORCH_CHECK_INDEX(!(self.numel() == 0 && index.numel() != 0),
+                    "put_(): Tried to put elements into an empty tensor");
+}
+
+// index_copy(self, dim, index, source): the CPU's checks in its order, which
+// raise IndexErrors where PyTorch's meta kernel raises RuntimeErrors.
+void index_copy(Args a) {
+  const at::Tensor &self = a[0].toTensor(), &index = a[2].toTensor(), &source = a[3].toTensor();
+  const int64_t dim = at::maybe_wrap_dim(a[1].toInt(), self.dim());
+  const int64_t n = index.numel();
+  TORCH_CHECK_INDEX(index.dim() < 2, "index_copy_(): Index should have dimension 1 or 0 (got ",
+                    index.dim(), ")");
+  TORCH_CHECK_INDEX(source.dim() != 0 || n == 1,
+                    "index_copy_(): When source is scalar, index should have one element (got ", n,
+                    ")");
+  TORCH_CHECK_INDEX(source.dim() == self.dim() || source.dim() == 0 || self.dim() == 0,
+                    "index_copy_(): When source and destination are not scalars, their "
+                    "dimensionality must match. Source dimensionality (",
+                    source.dim(), "), destination dimensionality (", self.dim(), ")");
+  TORCH_CHECK(index.scalar_type() == at::kLong,
+              "index_copy_(): Expected a long tensor for index, but got ", index.scalar_type());
+  TORCH_CHECK(self.scalar_type() == source.scalar_type(),
+              "index_copy_(): self and source expected to have the same dtype, but got (self) ",
+              self.scalar_type(), " and (source) ", source.scalar_type());
+  auto without_dim = [dim](std::vector<int64_t> sizes) {
+    if (!sizes.empty()) sizes.erase(sizes.begin() + dim);
+    return sizes;
+  };
+  std::vector<int64_t> self_slice = without_dim(self.sizes().vec());
+  std::vector<int64_t> source_slice = without_dim(source.sizes().vec());
+  TORCH_CHECK(self_slice == source_slice,
+              "index_copy_(): Source/destination tensor must have same slice shapes. "
+              "Destination slice shape: ",
+              c10::Join(" ", self_slice), " at dimension ", dim,
+              " and source slice shape: ", c10::Join(" ", source_slice), " at dimension 0.");
+  TORCH_CHECK_INDEX(source.dim() == 0 || n == source.size(dim),
+                    "index_copy_(): Number of indices (", n,
+                    ") should be equal to source.size(dim) (", source.size(dim), ")");
+}
+
+// slice_scatter, select_scatter, diagonal_scatter(self, src, ...): the CPU
+// takes the view of self the op writes (raising the view's own errors) and
+// requires src to have its shape; PyTorch's meta kernels check neither. The
+// view is taken of a meta stand-in.
+at::Tensor meta_like(const at::Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+}
+
+void scatters_into(const at::Tensor& view, const at::Tensor& src) {
+  TORCH_CHECK(view.sizes() == src.sizes(),
+              "expected src to have a size equal to the slice of self. src size = ", src.sizes(),
+              ", slice size = ", view.sizes());
+}
+
+// slice_scatter(self, src, dim=0, start=None, end=None, step=1)
+void slice_scatter(Args a) {
+  scatters_into(meta_like(a[0].toTensor())
+                    .slice(a[2].toInt(), a[3].toOptional<int64_t>(), a[4].toOptional<int64_t>(),
+                           a[5].toInt()),
+                a[1].toTensor());
+}
+
+// select_scatter(self, src, dim, index)
+void select_scatter(Args a) {
+  scatters_into(meta_like(a[0].toTensor()).select(a[2].toInt(), a[3].toInt()), a[1].toTensor());
+}
+
+// diagonal_scatter(self, src, offset=0, dim1=0, dim2=1)
+void diagonal_scatter(Args a) {
+  scatters_into(meta_like(a[0].toTensor()).diagonal(a[2].toInt(), a[3].toInt(), a[4].toInt()),
+                a[1].toTensor());
+}
+
+// grid_sampler_2d/3d(input, grid, ...): among the CPU's checks, that the
+// input has no empty spatial dimension.
+void grid_sampler_2d(Args a) {
+  const at::Tensor &input = a[0].toTensor(), &grid = a[1].toTensor();
+  at::native::check_grid_sampler_common(input, grid);
+  at::native::check_grid_sampler_2d(input, grid);
+}
+
+void grid_sampler_3d(Args a) {
+  const at::Tensor &input = a[0].toTensor(), &grid = a[1].toTensor();
+  at::native::check_grid_sampler_common(input, grid);
+  at::native::check_grid_sampler_3d(input, grid, a[2].toInt());
+}
+
+// Batch statistics of no elements, in training: native_batch_norm and
+// _native_batch_norm_legit(input, weight, bias, running_mean, running_var,
+// training, ...), _native_batch_norm_legit.no_stats(input, weight, bias,
+// training, ...); _batch_norm_with_update always trains (training < 0).
+template <int training>
+void batch_norm(Args a) {
+  const at::Tensor& input = a[0].toTensor();
+  if (training >= 0 && !a[training].toBool()) return;
+  TORCH_CHECK(input.numel() != 0,
+              "input tensor must have at least one element, but got input_sizes = ", input.sizes());
+}
+
 const std::unordered_map<std::string, ArgumentCheck>& checks() {
   static const std::unordered_map<std::string, ArgumentCheck> table = {
       {"aten::mm", mm},
@@ -152,6 +384,49 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::uniform", uniform},
       {"aten::bernoulli.p", bernoulli_p},
       {"aten::bernoulli.float", bernoulli_p},
+      // Out overloads not named "out" are listed too (functional_name keeps them).
+      {"aten::median.dim", reduction<kMedian>},
+      {"aten::median.dim_values", reduction<kMedian>},
+      {"aten::nanmedian.dim", reduction<kMedian>},  // the CPU says median() too
+      {"aten::nanmedian.dim_values", reduction<kMedian>},
+      {"aten::mode", reduction<kMode>},
+      {"aten::mode.values", reduction<kMode>},
+      {"aten::kthvalue", kthvalue},
+      {"aten::kthvalue.values", kthvalue},
+      {"aten::max.dim", reduction<kMax>},
+      {"aten::max.dim_max", reduction<kMax>},
+      {"aten::min.dim", reduction<kMin>},
+      {"aten::min.dim_min", reduction<kMin>},
+      {"aten::argmax", arg_reduction<kArgmax>},
+      {"aten::argmin", arg_reduction<kArgmin>},
+      {"aten::amax", amax_amin<kAmax>},
+      {"aten::amin", amax_amin<kAmin>},
+      {"aten::aminmax", aminmax},
+      {"aten::linalg_vector_norm", vector_norm_dim},
+      {"aten::norm.ScalarOpt_dim", vector_norm_dim},
+      {"aten::norm.ScalarOpt_dim_dtype", vector_norm_dim},
+      {"aten::norm", vector_norm_dim},        // norm.out, the out= form of ScalarOpt_dim
+      {"aten::norm.dtype", vector_norm_dim},  // norm.dtype_out, of ScalarOpt_dim_dtype
+      {"aten::norm.Scalar", vector_norm_all},
+      {"aten::norm.ScalarOpt_dtype", vector_norm_all},
+      {"aten::index_select", index_select},
+      {"aten::embedding", embedding},
+      {"aten::index.Tensor", advanced_index},
+      {"aten::_unsafe_index.Tensor", advanced_index},
+      {"aten::index_put", advanced_index},
+      {"aten::_index_put_impl", advanced_index},
+      {"aten::_unsafe_index_put", advanced_index},
+      {"aten::put", put},
+      {"aten::index_copy", index_copy},
+      {"aten::slice_scatter", slice_scatter},
+      {"aten::select_scatter", select_scatter},
+      {"aten::diagonal_scatter", diagonal_scatter},
+      {"aten::grid_sampler_2d", grid_sampler_2d},
+      {"aten::grid_sampler_3d", grid_sampler_3d},
+      {"aten::native_batch_norm", batch_norm<5>},
+      {"aten::_native_batch_norm_legit", batch_norm<5>},
+      {"aten::_native_batch_norm_legit.no_stats", batch_norm<3>},
+      {"aten::_batch_norm_with_update", batch_norm<-1>},
   };
   return table;
 }

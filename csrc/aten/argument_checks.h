@@ -1,9 +1,10 @@
-// Checks the CPU's kernels make on argument values and dtypes before they
-// compute, which PyTorch's meta kernels leave out. Without them a tpu op
-// computes something where the CPU raises: an int64 product of a float
-// matrix, random numbers from an empty range, a fill value that overflows.
-// Only what the host knows is checked here (dtypes, Python scalars); checks
-// on tensor data are the programs' (engine/data_checks.h).
+// Checks the CPU's kernels make on argument values, dtypes and shapes before
+// they compute, which PyTorch's meta kernels leave out (or raise as another
+// exception type). Without them a tpu op computes something where the CPU
+// raises: an int64 product of a float matrix, random numbers from an empty
+// range, a fill value that overflows, the median over an empty dimension.
+// Only what the host knows is checked here (dtypes, shapes, Python scalars);
+// checks on tensor data are the programs' (engine/data_checks.h).
 #pragma once
 
 #include <ATen/core/ivalue.h>

@@ -39,6 +39,9 @@ std::vector<Value> index_select(Context& c, const Args& a) {
   index = c.b.reshape(index, {index.shape.numel()});
   check_index_range(c, index, x.dim(dim), false, DataCheck::Error::Index,
                     "index out of range in self");
+  // Every index into an empty dimension fails the check; XLA refuses the
+  // gather. (A larger self is refused on the host: argument_checks.cpp.)
+  if (x.dim(dim) == 0) return {c.b.full(out, 0)};
   return {take_along(c.b, x, dim, index)};
 }
 

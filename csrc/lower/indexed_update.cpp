@@ -125,8 +125,16 @@ Value source_for(Builder& b, const IndexOp& op, const Value& source) {
 Values index_add(Context& c, const Args& a) {
   Builder& b = c.b;
   IndexOp op = index_op(b, a);
-  if (op.index.shape.numel() == 0) return {a.tensor(0)};
-  check_index(c, op, false, DataCheck::Error::Runtime, kOutOfBounds);
+  // The CPU checks the indices into a self of rank <= 1 itself; a larger one
+  // goes through scatter_add's check, but not when it has no elements: the
+  // CPU returns before reading an index.
+  const bool vector = a.tensor(0).rank() <= 1;
+  if (op.index.shape.numel() == 0 || (!vector && op.x.shape.numel() == 0)) return {a.tensor(0)};
+  if (vector) {
+    check_index(c, op, false, DataCheck::Error::Index, "index out of range in self");
+  } else {
+    check_index(c, op, false, DataCheck::Error::Runtime, kOutOfBounds);
+  }
   Value src = source_for(b, op, a.tensor(3));
   src = b.mul(src, broadcast_to(b, convert(b, a.tensor(4), src.type()), src.dims()));
   Value y = slice_scatter(b, op.x, op.dim, op.index, src, combiner("sum"));

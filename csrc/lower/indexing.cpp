@@ -100,6 +100,9 @@ std::vector<Value> gather(Context& c, const Args& a) {
   if (index.shape.numel() == 0) return {c.b.full(c.output(0), 0)};
   check_index_range(c, index, x.dim(dim), false, DataCheck::Error::Runtime,
                     out_of_bounds(dim, x.dim(dim)));
+  // Every index into an empty self fails the check; XLA refuses a gather of
+  // a slice (1 element) larger than the operand.
+  if (x.shape.numel() == 0) return {c.b.full(c.output(0), 0)};
   Value out = point_gather(c.b, x, coordinates(c.b, index, dim, x.dim(dim)));
   return {c.b.reshape(out, c.output(0).dims)};
 }
@@ -226,6 +229,9 @@ bool unsafe(const Context& c) { return c.op_name().rfind("aten::_unsafe", 0) == 
 // index.Tensor(self, Tensor?[] indices) / _unsafe_index.Tensor
 std::vector<Value> index(Context& c, const Args& a) {
   Value x = a.tensor(0);
+  // An empty result reads nothing, and the CPU then checks no index either.
+  // (XLA refuses the gather when an indexed dimension has size 0.)
+  if (c.output(0).numel() == 0) return {c.b.full(c.output(0), 0)};
   return {take(c.b, x, advanced(c, x, a.operand_list(1), false, !unsafe(c)))};
 }
 
@@ -270,11 +276,13 @@ std::vector<Value> index_put(Context& c, const Args& a) {
 std::vector<Value> unsafe_masked_index(Context& c, const Args& a) {
   Value x = a.tensor(0);
   const Shape& out = c.output(0);
+  Value fill = c.b.broadcast_in_dim(convert(c.b, a.tensor(3), out.type), out.dims, {});
+  // An empty self has nothing to read: the CPU fills the whole result.
+  if (x.shape.numel() == 0) return {fill};
   Value taken =
       convert(c.b, take(c.b, x, advanced(c, x, a.operand_list(2), true, false)), out.type);
   taken = broadcast_to(c.b, taken, out.dims);
   Value mask = broadcast_to(c.b, convert(c.b, a.tensor(1), ElementType::Pred), out.dims);
-  Value fill = c.b.broadcast_in_dim(convert(c.b, a.tensor(3), out.type), out.dims, {});
   return {c.b.select(mask, taken, fill)};
 }
 
@@ -282,6 +290,7 @@ std::vector<Value> unsafe_masked_index(Context& c, const Args& a) {
 // self[clamped indices] += where(mask, values, 0).
 std::vector<Value> unsafe_masked_index_put_accumulate(Context& c, const Args& a) {
   Value x = a.tensor(0);
+  if (x.shape.numel() == 0) return {x};  // as the CPU: nothing to add to
   Advanced adv = advanced(c, x, a.operand_list(2), true, false);
   Value values = broadcast_to(c.b, convert(c.b, a.tensor(3), x.type()), adv.result);
   Value mask = broadcast_to(c.b, convert(c.b, a.tensor(1), ElementType::Pred), adv.result);

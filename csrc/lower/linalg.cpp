@@ -356,6 +356,8 @@ std::vector<Value> linalg_cholesky_ex(Context& c, const Args& a) {
 // cholesky(self, upper): the deprecated form, without info.
 std::vector<Value> cholesky_op(Context& c, const Args& a) {
   require_floating(a.tensor(0));
+  // The CPU takes an empty input as it is, square or not.
+  if (c.output(0).numel() == 0) return {c.b.full(c.output(0), 0)};
   return {checked_cholesky(c.b, a.tensor(0), a.boolean(1)).first};
 }
 
@@ -433,6 +435,14 @@ std::vector<Value> lu_unpack(Context& c, const Args& a) {
   Dims batch = broadcast_shapes(leading(lu.dims(), 2), leading(a.tensor(1).dims(), 1));
   lu = to_batch(c.b, lu, batch, 2);
   Value pivots = to_batch(c.b, a.tensor(1), batch, 1);
+  // The CPU applies the first min(m, n) pivots only: of an LU narrowed to
+  // fewer columns, the rest are ignored.
+  const int64_t k = std::min(lu.dim(-2), lu.dim(-1));
+  if (pivots.dim(-1) > k) {
+    Dims limits = pivots.dims();
+    limits.back() = k;
+    pivots = c.b.slice(pivots, Dims(pivots.rank(), 0), limits, Dims(pivots.rank(), 1));
+  }
   std::vector<Value> out = unpack(c.b, lu, permutation_from_pivots(c.b, pivots, lu.dim(-2)));
   for (size_t i = 0; i < 3; ++i) {
     if (out[i].dims() != c.output(i).dims) out[i] = c.b.full(c.output(i), 0.0);

@@ -615,16 +615,16 @@ std::vector<Value> histogram_edges(Context& c, const Args& a) {
 }
 
 // histogram.bin_ct(self, bins, *, range, weight, density): `bins` equal bins
-// from the data's min to its max (an empty range widens by 0.5 each way), the
-// edges made by PyTorch's linspace rule. An explicit range is a float list,
-// which Args cannot read yet: it falls back to the CPU.
+// from the data's min to its max (an empty range widens by 0.5 each way; no
+// data spans [0, 1], as on the CPU), the edges made by PyTorch's linspace rule. An explicit range
+// is a float list, which Args cannot read yet: it falls back to the CPU.
 std::vector<Value> histogram_count(Context& c, const Args& a) {
   Builder& b = c.b;
   if (!a.is_none(2)) throw Unsupported("histogram with a range");
   Value x = a.tensor(0);
   ET t = c.output(0).type;
   ET wide = c.platform() == "tpu" ? ET::F32 : ET::F64;
-  Value lo = b.constant(0, wide), hi = b.constant(0, wide);
+  Value lo = b.constant(0, wide), hi = b.constant(1, wide);
   if (x.shape.numel() > 0) {
     Dims all = all_but(x.rank(), -1);
     lo = convert(b, reduce_min(b, x, all), wide);

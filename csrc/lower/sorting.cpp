@@ -294,7 +294,12 @@ Values nanmedian_dim(Context& c, const Args& a) { return median_dim_rule(c, a, t
 Values median_all_rule(Context& c, const Args& a, bool ignore_nan) {
   Value x = a.tensor(0);
   check_sortable(x, ignore_nan ? "nanmedian" : "median");
-  if (x.shape.numel() == 0) return {c.b.full(c.output(0), 0)};
+  // The median of nothing is NaN on the CPU. (Integer types get 0: the CPU
+  // converts a float NaN to them, which C++ leaves undefined.)
+  if (x.shape.numel() == 0) {
+    double nan = std::numeric_limits<double>::quiet_NaN();
+    return {c.b.full(c.output(0), is_floating(x.type()) ? nan : 0.0)};
+  }
   Value flat = c.b.reshape(x, {1, x.shape.numel()});
   Values r = sort_with_index(c.b, flat, 1, false);
   SortedRows s{r[0], r[1]};
