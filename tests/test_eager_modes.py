@@ -282,4 +282,3 @@ def test_loop_without_host_reads_settles_on_cached_graphs():
     assert out.returncode == 0, out.stderr
     assert "LATE_COMPILES 0" in out.stdout, out.stdout
     assert "'repeat'" in out.stdout, out.stdout
-
