@@ -77,7 +77,8 @@ check-torch-min: $(STAMP)
 # modes load much of what the first compiled from the persistent cache.
 #
 # `make test` is the CI tier (CI has 90 minutes on 2 cores; this stays under
-# 40): every test in strict mode; in debug mode the files whose behaviour that
+# 40: 28 minutes on a fresh clone with cold caches, 2026-12-04, of which
+# strict 18, debug 1, defer_and_fuse 6): every test in strict mode; in debug mode the files whose behaviour that
 # mode changes (waits, errors raised at the op, checks); in defer_and_fuse
 # every file but:
 #   STRICT_ONLY  the OpInfo database (tests/test_ops.py, half the suite: in
