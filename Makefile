@@ -93,7 +93,7 @@ check-torch-min: $(STAMP)
 #     themselves);
 #   PER_OP_TESTS the per-op files, tests/test_ops_*.py and the zero-size sweep:
 #     one op per graph, which defer_and_fuse compiles to strict mode's program.
-# `make test-all` runs every file in every mode (the full matrix, ~2x longer):
+# `make test-all` runs every file in every mode (the full matrix):
 # run it before resolving an issue.
 EAGER_MODES ?= strict debug defer_and_fuse
 STRICT_ONLY ?= --ignore=tests/test_ops.py --ignore=tests/test_compile.py \
