@@ -651,3 +651,29 @@ def test_exit_spares_the_last_collection_only_after_device_use(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_memory_history_and_snapshot_like_cuda(tmp_path):
+    def allocate(n):
+        return torch.ones(n, device="tpu")
+
+    torch.tpu.memory._record_memory_history()
+    try:
+        a, b = allocate(1000), allocate(3000)
+        del a
+        snapshot = torch.tpu.memory._snapshot()
+        torch.tpu.memory._dump_snapshot(str(tmp_path / "snapshot.pickle"))
+    finally:
+        torch.tpu.memory._record_memory_history(None)
+    sizes = {s["address"]: s["total_size"] for s in snapshot["segments"]}
+    assert 12000 in sizes.values() and 4000 not in sizes.values()
+    (segment,) = (s for s in snapshot["segments"] if s["total_size"] == 12000)
+    assert segment["blocks"][0]["frames"][0]["name"] == "allocate"
+    trace = [(e["action"], e["size"]) for e in snapshot["device_traces"][0]]
+    assert ("alloc", 4000) in trace and ("free_completed", 4000) in trace
+    # PyTorch's own memory viewer reads it.
+    from torch.cuda import _memory_viz
+
+    assert "<html" in _memory_viz.trace_plot(snapshot).lower()
+    assert torch.tpu.memory_snapshot() == []  # recording stopped: forgotten
+    del b

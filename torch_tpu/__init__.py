@@ -56,6 +56,10 @@ def _register() -> None:
 
     device_module.distributed = distributed
     sys.modules["torch.tpu.distributed"] = distributed
+    from . import memory
+
+    device_module.memory = memory
+    sys.modules["torch.tpu.memory"] = memory
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )

@@ -42,6 +42,7 @@ __all__ = [
     "mem_get_info",
     "memory_allocated",
     "memory_reserved",
+    "memory_snapshot",
     "memory_stats",
     "memory_summary",
     "precision",
@@ -329,6 +330,13 @@ def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None
     """Allocations beyond ``fraction`` of the device's memory raise
     ``torch.OutOfMemoryError``, as with ``torch.cuda.set_per_process_memory_fraction``."""
     _C._set_memory_fraction(_index(device), float(fraction))
+
+
+def memory_snapshot() -> list[dict]:
+    """The live storages recorded by ``torch.tpu.memory._record_memory_history()``."""
+    from .memory import memory_snapshot
+
+    return memory_snapshot()
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:

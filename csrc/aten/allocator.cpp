@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "aten/device.h"
+#include "aten/memory_history.h"
 #include "aten/tensor_bridge.h"
 #include "engine/backend.h"
 #include "engine/storage_ops.h"
@@ -56,6 +57,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
     if (nbytes > 0) check_fits(device, nbytes);
     auto* slot = new engine::StorageSlot{device, nbytes, nullptr};
     record(device, static_cast<int64_t>(nbytes));
+    if (recording_memory_history()) note_alloc(slot, device, nbytes);
     return {slot, slot, &TpuAllocator::release, c10::Device(kTpu, device)};
   }
 
@@ -118,6 +120,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
   static void release(void* ctx) {
     auto* slot = static_cast<engine::StorageSlot*>(ctx);
     instance().record(slot->device, -static_cast<int64_t>(slot->nbytes));
+    if (recording_memory_history()) note_free(slot);
     // Buffers may be shared with in-flight launches; the runtime keeps them
     // alive until those finish.
     delete slot;

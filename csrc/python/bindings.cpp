@@ -1,6 +1,7 @@
 // torch_tpu._C: the Python face of the C++ layers.
 #include <pybind11/chrono.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/extension.h>
 
 #include "aten/allocator.h"
@@ -9,6 +10,7 @@
 #include "aten/device.h"
 #include "aten/generator.h"
 #include "aten/lowered_ops.h"
+#include "aten/memory_history.h"
 #include "aten/tensor_bridge.h"
 #include "distributed/process_group_tpu.h"
 #include "engine/backend.h"
@@ -18,6 +20,12 @@
 
 namespace py = pybind11;
 using namespace torch_tpu;
+
+namespace torch {
+// Declared in torch/csrc/profiler/python/combined_traceback.h, which includes a
+// JSON header the wheels do not ship; libtorch_python exports it (2.11, 2.13).
+std::vector<pybind11::object> py_symbolize(std::vector<CapturedTraceback*>& to_symbolize);
+}  // namespace torch
 
 namespace {
 
@@ -76,6 +84,38 @@ py::dict device_properties(int device) {
   for (const auto& [name, value] : info.attributes) attributes[py::str(name)] = value;
   d["attributes"] = attributes;
   return d;
+}
+
+// What torch.tpu.memory._snapshot() is made of: (device, address, size,
+// frames) of each live storage and (alloc?, device, address, size, time_us,
+// frames) of each event; frames are dicts (filename, line, name).
+py::tuple memory_history() {
+  std::vector<aten::MemoryBlock> live = aten::live_blocks();
+  std::vector<aten::MemoryEvent> events = aten::memory_events();
+  std::vector<torch::CapturedTraceback*> stacks;
+  std::vector<int> stack_of;  // per live block, then per event: index into stacks
+  auto note = [&](const aten::MemoryBlock& b) {
+    stack_of.push_back(b.stack ? static_cast<int>(stacks.size()) : -1);
+    if (b.stack) stacks.push_back(b.stack.get());
+  };
+  for (const auto& b : live) note(b);
+  for (const auto& e : events) note(e.block);
+  std::vector<py::object> frames = torch::py_symbolize(stacks);
+  size_t next = 0;
+  auto frames_of = [&] {
+    int i = stack_of[next++];
+    return i < 0 ? py::object(py::list()) : frames[i];
+  };
+  py::list live_out, events_out;
+  for (const auto& b : live) {
+    live_out.append(py::make_tuple(static_cast<int>(b.device), b.address, b.size, frames_of()));
+  }
+  for (const auto& e : events) {
+    const aten::MemoryBlock& b = e.block;
+    events_out.append(py::make_tuple(e.alloc, static_cast<int>(b.device), b.address, b.size,
+                                     e.time_us, frames_of()));
+  }
+  return py::make_tuple(live_out, events_out);
 }
 
 py::dict plugin_info() {
@@ -140,6 +180,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_metrics", &metrics);
   m.def("_reset_metrics", [] { engine::metrics().reset(); });
   m.def("_memory_stats", &memory_stats);
+  m.def("_record_memory_history", &aten::record_memory_history);
+  m.def("_memory_history", &memory_history);
   m.def("_set_memory_fraction", [](int device, double fraction) {
     aten::set_memory_fraction(static_cast<c10::DeviceIndex>(device), fraction);
   });
