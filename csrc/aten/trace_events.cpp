@@ -3,6 +3,7 @@
 // aten::mm)") inside the op that caused them, in tables and Chrome traces.
 #include <ATen/record_function.h>
 
+#include "aten/device_profiler.h"
 #include "engine/trace.h"
 
 namespace torch_tpu::aten {
@@ -30,7 +31,7 @@ void* begin(const std::string& name) {
 void end(void* span) { delete static_cast<Span*>(span); }
 
 const bool installed = [] {
-  engine::set_trace_hooks({listening, begin, end});
+  engine::set_trace_hooks({listening, begin, end, record_device_work});
   return true;
 }();
 

@@ -243,6 +243,9 @@ runtime::Launch Backend::launch(const runtime::Executable& executable, int devic
 
 void Backend::track(int device, runtime::Event done, const std::string& op,
                     std::shared_ptr<runtime::Executable> executable) {
+  if (auto finished = trace_device_work(DeviceWork::Program, device, op)) {
+    done.on_ready(std::move(finished));
+  }
   pending_[device].push_back({std::move(done), op, std::move(executable)});
   drain(device, launch_blocking() ? 0 : kMaxInFlight);
   if (launch_blocking()) raise_failed_checks(device);
@@ -314,6 +317,9 @@ runtime::BufferPtr Backend::upload(const void* data, ElementType type,
 void Backend::download(const runtime::Buffer& buffer, void* dst, const std::string& op) {
   TraceSpan span("tpu::device_to_host", op);
   runtime::Event done = buffer.to_host(dst);
+  if (auto finished = trace_device_work(DeviceWork::DeviceToHost, buffer.device(), op)) {
+    done.on_ready(std::move(finished));
+  }
   std::string status = done.await_status();
   metrics().device_to_host_transfers++;
   metrics().device_to_host_bytes += buffer.byte_size();
