@@ -166,8 +166,16 @@ std::string Builder::module_text(const std::vector<Value>& results) const {
   }
   s << ") -> (" << types_of(results) << ") {\n" << body_;
   s << "    \"func.return\"(" << names_of(results) << ") : (" << types_of(results)
-    << ") -> ()\n  }\n}\n";
+    << ") -> ()\n  }\n"
+    << functions_ << "}\n";
   return s.str();
+}
+
+std::vector<Value> Builder::call(const std::string& entry, const std::string& functions,
+                                 const std::vector<Value>& operands,
+                                 const std::vector<Shape>& results) {
+  if (function_entries_.insert(entry).second) functions_ += functions + "\n";
+  return emit("func.call", operands, "callee = @" + entry, results);
 }
 
 // ------------------------------------------------------------------ emission

@@ -218,6 +218,14 @@ class Builder {
   // the barrier: everything it returns is computed before any of its uses.
   std::vector<Value> optimization_barrier(const std::vector<Value>& values);
 
+  // ---- calls
+  // Calls the function `entry` on `operands`. `functions` (MLIR func.func
+  // ops, `entry` among them, symbol names unique to them) enter the module
+  // once per `entry`, however often it is called; XLA inlines the calls, so
+  // it optimises and fuses across them.
+  std::vector<Value> call(const std::string& entry, const std::string& functions,
+                          const std::vector<Value>& operands, const std::vector<Shape>& results);
+
   // Emits any op in generic form (escape hatch for rarely used ops).
   std::vector<Value> emit(const std::string& op, const std::vector<Value>& operands,
                           const std::string& attributes, const std::vector<Shape>& results,
@@ -247,6 +255,8 @@ class Builder {
   std::unordered_set<int> stored_;                  // products: XLA keeps them in memory
   bool dynamic_sizes_ = false;
   std::string body_;
+  std::string functions_;  // called functions, after @main
+  std::unordered_set<std::string> function_entries_;
   std::string* out_ = &body_;
   int indent_ = 4;
   int next_id_ = 0;

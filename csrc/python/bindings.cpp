@@ -17,6 +17,7 @@
 #include "engine/deferred.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
+#include "lower/stablehlo_call.h"
 
 namespace py = pybind11;
 using namespace torch_tpu;
@@ -150,6 +151,10 @@ PYBIND11_MODULE(_C, m) {
     engine::Backend::configure({platform, plugin, cpu_devices, problem, libraries});
   });
   m.def("_register_ops", &aten::register_lowered_ops);
+  m.def("_add_stablehlo_module",
+        [](const std::string& id, const std::string& entry, const std::string& functions) {
+          lower::add_external_module(id, {entry, functions});
+        });
   m.def("_lowered_ops", &aten::lowered_op_names);
   m.def("_rule_names", &lower::rule_names);
   m.def("_is_started", &engine::Backend::started);

@@ -243,3 +243,27 @@ TEST(hlo_set_dimension_size_masks_reductions_and_static_size_returns_static_buff
   launch.outputs[0]->to_host(&total).await("sum");
   CHECK_EQ(total, 6.0f);
 }
+
+// A function written elsewhere (generic form, as torch_tpu.kernels passes JAX's), called
+// twice: it enters the module once and both calls run it.
+TEST(hlo_call_of_an_external_function) {
+  const std::string functions =
+      R"("func.func"() <{function_type = (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>, )"
+      R"(sym_name = "k1_main", sym_visibility = "private"}> ({
+  ^bb0(%arg0: tensor<3xf32>, %arg1: tensor<3xf32>):
+    %0 = "stablehlo.multiply"(%arg0, %arg1) : (tensor<3xf32>, tensor<3xf32>) -> tensor<3xf32>
+    "func.return"(%0) : (tensor<3xf32>) -> ()
+  }) : () -> ())";
+  Builder b;
+  auto x = b.parameter(f32({3}));
+  auto y = b.parameter(f32({3}));
+  auto once = b.call("k1_main", functions, {x, y}, {f32({3})})[0];
+  auto twice = b.call("k1_main", functions, {once, y}, {f32({3})})[0];
+  auto result = b.add(twice, x);
+  std::string text = b.module_text({result});
+  CHECK_EQ(text.find("sym_name = \"k1_main\""), text.rfind("sym_name = \"k1_main\""));
+  auto out = run_program(b, {result},
+                         {upload_f32({1, 2, 3}, {3}).get(), upload_f32({2, 3, 4}, {3}).get()});
+  std::vector<double> expect{5, 20, 51};
+  CHECK(out[0] == expect);
+}

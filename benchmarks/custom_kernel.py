@@ -1,0 +1,117 @@
+"""A JAX kernel inside defer_and_fuse against the same computation written in PyTorch ops.
+
+The block is RMSNorm and a rotary embedding between PyTorch ops (a scale before, an
+activation and a residual after), one step each: with JAX kernels (``torch_tpu.kernels.jax_op``) and with PyTorch ops, in
+the same run, alternating rounds, medians. Also the first call of each on a new shape
+(JAX's lowering, then XLA's compile; the compile cache is off for the run). Prints the
+ratios kernel/PyTorch. Run: ``.venv/bin/python benchmarks/custom_kernel.py [--rounds 7]``.
+"""
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (default: 7)")
+    parser.add_argument("--iters", type=int, default=50, help="blocks per round (default: 50)")
+    parser.add_argument("--tokens", type=int, default=256, help="rows of x (default: 256)")
+    parser.add_argument("--dim", type=int, default=512, help="features (default: 512)")
+    parser.add_argument("--mode", default="defer_and_fuse", help="eager mode (default: fused)")
+    return parser.parse_args()
+
+
+# --help answers before the imports below, which take seconds.
+ARGS = parse_args() if __name__ == "__main__" else None
+# First calls must compile: a compile cache of this run only.
+os.environ["TORCH_TPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="torch_tpu_bench_")
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu import kernels
+
+
+def rms_norm_rotary(x, w, cos, sin):
+    x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * w
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def rms_norm_rotary_torch(x, w, cos, sin):
+    x = F.rms_norm(x, (x.shape[-1],), w, eps=1e-6)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def block(fn, x, w, cos, sin):
+    return F.silu(fn(x * 0.5, w, cos, sin)) + x
+
+
+def inputs(tokens: int, dim: int):
+    x = torch.randn(tokens, dim, device="tpu")
+    w = torch.randn(dim, device="tpu")
+    angles = torch.randn(tokens, dim // 2, device="tpu")
+    return x, w, angles.cos(), angles.sin()
+
+
+def timed(fn, args, iters: int) -> float:
+    """Seconds per block, each block one step (materialised: one fused program)."""
+    x, rest = args[0], args[1:]
+    start = time.perf_counter()
+    for _ in range(iters):
+        x = block(fn, x, *rest)
+        torch.tpu.synchronize()
+    return (time.perf_counter() - start) / iters
+
+
+def first_call(fn, args) -> float:
+    start = time.perf_counter()
+    block(fn, *args).cpu()
+    return time.perf_counter() - start
+
+
+def main(args: argparse.Namespace) -> None:
+    op = kernels.jax_op("bench::rms_norm_rotary", rms_norm_rotary)
+    variants = {"JAX kernel": op, "PyTorch ops": rms_norm_rotary_torch}
+    with torch_tpu.eager_mode(args.mode):
+        data = inputs(args.tokens, args.dim)
+        torch.tpu.synchronize()
+        want = block(rms_norm_rotary_torch, *data).cpu()
+        got = block(op, *data).cpu()
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        steady = {name: [] for name in variants}
+        first = {name: [] for name in variants}
+        for r in range(args.rounds):
+            order = list(variants.items())
+            if r % 2:
+                order.reverse()
+            for name, fn in order:
+                timed(fn, data, 2)  # warm: compiled
+                steady[name].append(timed(fn, data, args.iters))
+                fresh = inputs(args.tokens + 8 * (r + 1), args.dim)  # a shape not seen yet
+                first[name].append(first_call(fn, fresh))
+    kernel, torch_ops = (statistics.median(steady[n]) for n in variants)
+    kernel_first, torch_first = (statistics.median(first[n]) for n in variants)
+    print(
+        f"mode: {args.mode}, platform: {torch_tpu.platform()}, x: {args.tokens}x{args.dim}, "
+        f"{args.rounds} alternating rounds of {args.iters} blocks, medians"
+    )
+    print(f"per block, JAX kernel:   {kernel * 1e6:9.1f} us")
+    print(f"per block, PyTorch ops:  {torch_ops * 1e6:9.1f} us")
+    print(f"ratio kernel/PyTorch:    {kernel / torch_ops:9.2f}x")
+    print(f"first call, JAX kernel:  {kernel_first * 1e3:9.1f} ms (JAX lowering + XLA compile)")
+    print(f"first call, PyTorch ops: {torch_first * 1e3:9.1f} ms (XLA compile)")
+    print(f"ratio kernel/PyTorch:    {kernel_first / torch_first:9.2f}x")
+
+
+if __name__ == "__main__":
+    main(ARGS)
