@@ -117,6 +117,12 @@ CASES = {
 }
 
 # Calls that look alike but are valid: they must still compute.
+# An in-place op never resizes `self` to the broadcast shape.
+for _name in ("atan2_", "pow_", "fmod_", "remainder_", "lt_", "eq_", "hypot_", "copysign_"):
+    CASES[f"in_place_{_name}broadcast"] = lambda d, n=_name: getattr(ones(1, 3, device=d), n)(
+        torch.full((2, 3), 2.0, device=d)
+    )
+
 VALID = {
     "pow_positive": lambda d: torch.tensor([2, 3], device=d) ** 2,
     "pow_float_negative": lambda d: torch.tensor([2.0, 4.0], device=d) ** -1,
@@ -150,3 +156,15 @@ def test_invalid_arguments_raise_like_the_cpu(case):
 @pytest.mark.parametrize("case", sorted(VALID))
 def test_valid_arguments_compute_like_the_cpu(case):
     torch.testing.assert_close(VALID[case]("tpu").cpu(), VALID[case]("cpu"))
+
+
+def test_results_follow_the_default_dtype():
+    a = torch.tensor([1, 2], device="tpu")
+    assert (a / a).dtype == (a + 2.5).dtype == torch.float32
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert (a / a).dtype == (a + 2.5).dtype == torch.div(a, a).dtype == torch.float64
+        torch.testing.assert_close((a + 2.5).cpu(), torch.tensor([1, 2]) + 2.5)
+    finally:
+        torch.set_default_dtype(previous)

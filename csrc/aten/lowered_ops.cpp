@@ -355,6 +355,8 @@ std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionS
                                     c10::ArrayRef<c10::IValue> args) {
   std::string key;
   auto put = [&key](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  // Integer division and Python floats take the default dtype.
+  put(c10::typeMetaToScalarType(c10::get_default_dtype()));
   auto put_ints = [&](c10::IntArrayRef v) {
     put(v.size());
     key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
@@ -602,13 +604,18 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
 
-  // Mutated arguments take the sizes the meta kernel gave them (out= tensors
-  // are resized like PyTorch's out= kernels do).
+  // out= tensors take the sizes the meta kernel gave them, as PyTorch's out=
+  // kernels resize them. An in-place op never resizes `self` (PyTorch's
+  // reference meta kernels would, with a deprecation warning).
   for (size_t m = 0; m < binding.mutated.size(); ++m) {
+    const bool in_place = !schema.arguments()[binding.mutated[m]].kwarg_only();
     size_t k = 0;
     for_each_tensor(args[binding.mutated[m]], [&](const at::Tensor& t) {
       const auto& sizes = meta->mutated_sizes[m].at(k++);
-      if (t.sizes() != c10::IntArrayRef(sizes)) t.resize_(sizes);
+      if (t.sizes() == c10::IntArrayRef(sizes)) return;
+      TORCH_CHECK(!in_place, "output with shape ", t.sizes(), " doesn't match the broadcast shape ",
+                  c10::IntArrayRef(sizes));
+      t.resize_(sizes);
     });
   }
 
