@@ -12,7 +12,7 @@ TORCH_DIR = $(shell TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -c "import torch, os; 
 PLUGIN = $(shell $(PY) -c "import torch_tpu._platform as p; print(p.select().plugin or '')")
 PLATFORM = $(shell $(PY) -c "import torch_tpu._platform as p; print(p.select().platform)")
 
-.PHONY: all venv extension build demo test test-all cpp-test py-test lint clean check-torch-min device-check
+.PHONY: all venv extension build demo test test-all cpp-test py-test lint clean check-torch-min device-check test-suites test-suites-sample
 
 all: build
 
@@ -114,6 +114,18 @@ py-test: build
 		esac; \
 		TORCH_TPU_EAGER_MODE=$$mode $(PY) -m pytest -q -n $(TEST_WORKERS) $$args || status=1; \
 	done; exit $$status
+
+# PyTorch's device-generic test files (a folder outside the project, ../shared/pytorch_tests
+# on the project's machines): CI runs a fixed sample when the folder exists;
+# `make test-suites` runs every file whole and writes docs/pytorch_suites.md.
+PYTORCH_TESTS ?= ../shared/pytorch_tests
+test-suites-sample: build
+	@if [ -d "$(PYTORCH_TESTS)" ]; then \
+		$(PY) -m torch_tpu.tools.pytorch_suites --tests $(PYTORCH_TESTS) --sample 100 --timeout 600; \
+	else echo "no PyTorch test files at $(PYTORCH_TESTS): the suites' sample is skipped"; fi
+
+test-suites: build
+	$(PY) -m torch_tpu.tools.pytorch_suites --tests $(PYTORCH_TESTS) --report docs/pytorch_suites.md
 
 test-all:
 	$(MAKE) test DEBUG_TESTS=tests STRICT_ONLY= PER_OP_TESTS=

@@ -117,6 +117,10 @@ CASES = {
 }
 
 # Calls that look alike but are valid: they must still compute.
+CASES["clamp_without_bounds"] = lambda d: torch.clamp(ones(2, device=d))
+CASES["clamp_tensor_without_bounds"] = lambda d: ones(2, device=d).clamp_(None, None)
+CASES["nonzero_out_dtype"] = lambda d: torch.nonzero(ones(3, device=d), out=ones(0, device=d))
+
 # An in-place op never resizes `self` to the broadcast shape.
 for _name in ("atan2_", "pow_", "fmod_", "remainder_", "lt_", "eq_", "hypot_", "copysign_"):
     CASES[f"in_place_{_name}broadcast"] = lambda d, n=_name: getattr(ones(1, 3, device=d), n)(
@@ -168,3 +172,12 @@ def test_results_follow_the_default_dtype():
         torch.testing.assert_close((a + 2.5).cpu(), torch.tensor([1, 2]) + 2.5)
     finally:
         torch.set_default_dtype(previous)
+
+
+@pytest.mark.parametrize("op", [torch.linalg.det, torch.linalg.slogdet, torch.cholesky_inverse])
+def test_meta_kernel_assertions_are_runtime_errors_like_the_cpus(op):
+    # PyTorch's Python meta kernels `raise AssertionError` here; the CPU raises RuntimeError.
+    with pytest.raises(RuntimeError, match="must have at least 2 dimensions"):
+        op(ones(3))
+    with pytest.raises(RuntimeError, match="must have at least 2 dimensions"):
+        op(ones(3, device="tpu"))

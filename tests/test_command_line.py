@@ -17,6 +17,7 @@ SCRIPTS = sorted(
 MODULES = [
     "torch_tpu.tools.model_zoo",
     "torch_tpu.tools.op_coverage",
+    "torch_tpu.tools.pytorch_suites",
     "torch_tpu.distributed.environment",
 ]
 

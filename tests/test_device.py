@@ -656,3 +656,14 @@ def test_memory_history_and_snapshot_like_cuda(tmp_path):
     assert "<html" in _memory_viz.trace_plot(snapshot).lower()
     assert torch.tpu.memory_snapshot() == []  # recording stopped: forgotten
     del b
+
+
+def test_a_slice_of_a_tpu_storage_is_an_error_not_a_crash():
+    storage = torch.arange(4, dtype=torch.float64, device="tpu").untyped_storage()
+    assert list(storage)[8:16] == list(torch.arange(4, dtype=torch.float64).untyped_storage())[8:16]
+    piece = storage[8:16]  # points into `storage`'s data, as on CUDA
+    for use in (piece.cpu, lambda: piece[0], lambda: torch.empty(0, device="tpu").set_(piece) + 1):
+        with pytest.raises(
+            RuntimeError, match=r"a slice of a tpu storage \(UntypedStorage\[a:b\]\)"
+        ):
+            use()

@@ -185,9 +185,17 @@ void set_memory_fraction(c10::DeviceIndex device, double fraction) {
   g_allocator.set_memory_fraction(device, fraction);
 }
 
+engine::StorageSlot* storage_slot(const c10::StorageImpl& storage) {
+  const c10::DataPtr& data = storage.data_ptr();
+  TORCH_CHECK(data.get_deleter() == g_allocator.raw_deleter() && data.get_context(),
+              "this tpu storage was not made by the tpu allocator: a slice of a tpu storage "
+              "(UntypedStorage[a:b]) cannot hold or be read as a tensor; slice the tensor "
+              "instead");
+  return static_cast<engine::StorageSlot*>(data.get_context());
+}
+
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
-  auto* slot = static_cast<engine::StorageSlot*>(storage->data_ptr().get_context());
-  TORCH_CHECK(slot, "tpu storage has no slot");
+  engine::StorageSlot* slot = storage_slot(*storage);
   int64_t delta = static_cast<int64_t>(nbytes) - static_cast<int64_t>(slot->nbytes);
   engine::resize_storage(*slot, nbytes);
   g_allocator.record(slot->device, delta);

@@ -78,6 +78,8 @@ void fill_value(Args a) {
 
 // clamp(self, min, max): the bounds become the promoted type.
 void clamp_bounds(Args a) {
+  TORCH_CHECK(a.size() < 3 || !a[1].isNone() || !a[2].isNone(),
+              "torch.clamp: At least one of 'min' or 'max' must not be None");
   const at::Tensor& self = a[0].toTensor();
   at::ScalarType result = self.scalar_type();
   for (int i : {1, 2}) {
@@ -88,6 +90,11 @@ void clamp_bounds(Args a) {
   for (int i : {1, 2}) {
     if (i < static_cast<int>(a.size())) converts(a[i], result);
   }
+}
+
+void clamp_tensor_bounds(Args a) {
+  TORCH_CHECK(!a[1].isNone() || !a[2].isNone(),
+              "torch.clamp: At least one of 'min' or 'max' must not be None");
 }
 
 // ---------------------------------------------------------------- random
@@ -377,6 +384,7 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::masked_fill.Scalar", fill_value<2>},
       {"aten::index_fill.int_Scalar", fill_value<3>},
       {"aten::clamp", clamp_bounds},
+      {"aten::clamp.Tensor", clamp_tensor_bounds},
       {"aten::clamp_min", clamp_bounds},
       {"aten::clamp_max", clamp_bounds},
       {"aten::random.from", random_from},

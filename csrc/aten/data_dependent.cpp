@@ -85,6 +85,12 @@ at::Tensor nonzero_tpu(const at::Tensor& self) {
 }
 
 at::Tensor& nonzero_out(const at::Tensor& self, at::Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == at::kLong,
+              "nonzero: Expected out tensor to have scalar type Long but got scalar type",
+              out.scalar_type());
+  TORCH_CHECK(out.device() == self.device(),
+              "expected self and out to be on the same device, but got out on ", out.device(),
+              " and self on ", self.device());
   at::Tensor result = nonzero_tpu(self);
   out.resize_(result.sizes());
   return out.copy_(result);

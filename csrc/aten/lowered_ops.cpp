@@ -13,6 +13,7 @@
 #include "aten/data_dependent.h"
 #include "aten/device.h"
 #include "aten/generator.h"
+#include "aten/meta_errors.h"
 #include "aten/tensor_bridge.h"
 #include "engine/deferred.h"
 #include "engine/executor.h"
@@ -529,6 +530,10 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
   } catch (const c10::NotImplementedError&) {
     return in_place_meta(binding, op.schema(), args);
+  } catch (const c10::Error&) {
+    throw;
+  } catch (...) {
+    rethrow_meta_error(std::current_exception());
   }
   MetaResult result;
   for (const c10::IValue& r : meta_stack) {

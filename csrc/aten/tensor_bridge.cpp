@@ -89,9 +89,7 @@ bool is_tpu(const at::Tensor& t) { return t.defined() && t.device().type() == kT
 
 engine::StorageSlot* slot_of(const at::Tensor& t) {
   TORCH_CHECK(t.has_storage(), "tpu tensor without storage");
-  auto* slot = static_cast<engine::StorageSlot*>(t.storage().data_ptr().get_context());
-  TORCH_CHECK(slot, "tpu storage has no slot (was it created by another allocator?)");
-  return slot;
+  return storage_slot(*t.storage().unsafeGetStorageImpl());
 }
 
 engine::TensorView view_of(const at::Tensor& t) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -47,7 +48,8 @@ int DeviceLock::host_device(const std::string& platform, int device, int devices
 
 DeviceLock::DeviceLock(const std::string& platform, int device, int devices) {
   std::string dir = lock_dir();
-  ::mkdir(dir.c_str(), 0777);  // may exist already; open() reports real problems
+  std::error_code ignored;  // open() reports real problems
+  std::filesystem::create_directories(dir, ignored);
   int host = host_device(platform, device, devices);
   path_ = dir + "/torch_tpu-" + platform + "-" + std::to_string(host) + ".lock";
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);

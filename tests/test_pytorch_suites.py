@@ -1,0 +1,65 @@
+"""torch_tpu.tools.pytorch_suites: PyTorch's device-generic test files run unedited on tpu
+(instantiated as ...TPU classes, each xdist worker with its own device lock), the tests that
+cannot pass by design skipped with their reason, and the report."""
+
+import subprocess
+import sys
+
+from torch_tpu.tools import pytorch_suites
+
+# A device-generic file written as PyTorch's are.
+SUITE = """
+import torch
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase, run_tests, skipIfMps
+
+
+class TestToy(TestCase):
+    def test_add(self, device):
+        self.assertEqual(torch.ones(3, device=device) + 1, torch.full((3,), 2.0))
+
+    def test_wrong(self, device):
+        self.assertEqual(torch.ones(3, device=device).sum().item(), 4.0)
+
+    def test_complex32_view(self, device):
+        torch.ones(2, dtype=torch.complex32, device=device)
+
+    def test_device_type(self, device):
+        self.assertEqual(self.device_type, "tpu")
+
+
+instantiate_device_type_tests(TestToy, globals())
+
+if __name__ == "__main__":
+    run_tests()
+"""
+
+
+def test_cause_of_generalises_numbers_and_names():
+    cause = pytorch_suites.cause_of(
+        "RuntimeError: shape '[2, 3]' is invalid for input of size 7\n…"
+    )
+    assert cause == "RuntimeError: shape '…' is invalid for input of size N"
+
+
+def test_a_device_generic_file_runs_on_tpu(tmp_path):
+    tests = tmp_path / "suites"
+    tests.mkdir()
+    (tests / "test_toy.py").write_text(SUITE)
+    report = tmp_path / "report.md"
+    out = subprocess.run(
+        [sys.executable, "-m", "torch_tpu.tools.pytorch_suites", "--tests", str(tests),
+         "--workers", "1", "--timeout", "300", "--report", str(report)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "test_toy.py: 2 passed, 1 failed, 0 errors, 1 skipped" in out.stdout
+    text = report.read_text()
+    assert "| test_toy.py | 2 | 1 | 0 | 1 |" in text
+    assert "**2 of 3 tests that ran passed (66.7%).**" in text
+    assert "test_toy.py::test_wrong_tpu" in text  # the failure's example
+    assert "| 1 | `AssertionError: Scalars are not close!` | test_toy.py::test_wrong_tpu |" in text
+
+
+def test_a_missing_folder_is_reported(tmp_path):
+    assert pytorch_suites.main(["--tests", str(tmp_path / "none")]) == 2

@@ -1,0 +1,204 @@
+"""Runs PyTorch's device-generic test files on ``tpu`` and writes a report.
+
+    python -m torch_tpu.tools.pytorch_suites --tests DIR [--files test_view_ops,...]
+        [--workers 2] [--timeout 900] [--sample N] [--report docs/pytorch_suites.md]
+
+DIR holds test files from PyTorch's repository (``test_*.py``; nothing is downloaded and
+the project contains none). Each file runs unedited under pytest-xdist with a time limit,
+instantiated for tpu only (``PYTORCH_TESTING_DEVICE_ONLY_FOR=tpu``, ``-k TPU``), through
+the plugin ``torch_tpu.tools._pytorch_suite_plugin`` (helpers under their old names, the
+tests that cannot pass by design skipped with the reason, one JSON line per outcome). The
+report gives per file passed / failed / errors / skipped / time, and the failures grouped
+by cause (exception type and message with the numbers taken out). ``--sample N`` keeps a
+fixed 1/N of each file's tests, at least 3 (by a hash of the test's name): CI's sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PLUGIN = "torch_tpu.tools._pytorch_suite_plugin"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tests", required=True, type=Path, help="folder of PyTorch test files")
+    parser.add_argument(
+        "--files", default="", help="comma-separated file names (default: every test_*.py)"
+    )
+    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (default: 2)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=900,
+        help="seconds per file before it is stopped (default: 900)",
+    )
+    parser.add_argument(
+        "--sample", type=int, default=0, help="keep a fixed 1/N of each file's tests (CI)"
+    )
+    parser.add_argument("--report", type=Path, default=None, help="write the markdown report here")
+    parser.add_argument(
+        "--precision",
+        default="HIGHEST",
+        help="TORCH_TPU_PRECISION for the run: the files compare with float32 tolerances",
+    )
+    return parser.parse_args(argv)
+
+
+def run_files(paths: list[Path], args: argparse.Namespace, workdir: Path) -> list[dict]:
+    """Runs the files in one pytest session; returns per file its outcomes (one dict per
+    test) and how the session ended."""
+    results = workdir / f"{paths[0].stem}.jsonl"
+    results.unlink(missing_ok=True)
+    env = dict(
+        os.environ,
+        PYTORCH_TESTING_DEVICE_ONLY_FOR="tpu",
+        TORCH_TPU_PRECISION=args.precision,
+        TORCH_TPU_SUITE_RESULTS=str(results),
+        TORCH_TPU_SUITE_LOCKS=str(workdir / "locks"),
+        TORCH_TPU_SUITE_DEADLINE=str(args.timeout),
+        TORCH_TPU_SUITE_SAMPLE=str(args.sample),
+        TORCH_TPU_FALLBACK="silent",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    cmd = [
+        sys.executable, "-m", "pytest", *map(str, paths), "-p", PLUGIN, "-q", "-k", "TPU",
+        "-n", str(args.workers), "-p", "no:cacheprovider", "--tb=no", "-o", "addopts=",
+        "--continue-on-collection-errors",
+        "--rootdir", str(paths[0].parent),
+    ]  # fmt: skip
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    ending = "completed"
+    try:
+        output, _ = proc.communicate(timeout=args.timeout + 60)
+    except subprocess.TimeoutExpired:
+        # The plugin stops at the deadline; this is the backstop for a hung controller.
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        ending = "stopped at the time limit"
+    seconds = time.monotonic() - start
+    outcomes = []
+    if results.exists():
+        outcomes = [json.loads(line) for line in results.read_text().splitlines() if line]
+    if ending == "completed" and proc.returncode not in (0, 1, 5):
+        ending = f"pytest exited with {proc.returncode}: {output.strip().splitlines()[-1:]}"
+    if "time limit" in output and ending == "completed":
+        ending = "stopped at the time limit"
+    return [
+        {
+            "file": path.name,
+            "seconds": seconds,
+            "ending": ending,
+            "outcomes": [o for o in outcomes if o["test"].split("::")[0].endswith(path.name)],
+        }
+        for path in paths
+    ]
+
+
+_NUMBERS = re.compile(r"(?<![A-Za-z_])-?\d+(\.\d+)?(e-?\d+)?")
+
+
+def cause_of(message: str) -> str:
+    """A failure's cause: its first line with numbers, shapes and quoted values generalised."""
+    first = message.strip().splitlines()[0] if message.strip() else "(no message)"
+    first = re.sub(r"'[^']*'", "'…'", first)
+    first = _NUMBERS.sub("N", first)
+    return first[:160]
+
+
+def summarise(runs: list[dict]) -> tuple[list[dict], collections.Counter, dict]:
+    rows, causes, examples = [], collections.Counter(), {}
+    for run in runs:
+        counts = collections.Counter(o["outcome"] for o in run["outcomes"])
+        rows.append(
+            {**run, **{k: counts.get(k, 0) for k in ("passed", "failed", "error", "skipped")}}
+        )
+        for o in run["outcomes"]:
+            if o["outcome"] in ("failed", "error"):
+                cause = cause_of(o["message"])
+                causes[cause] += 1
+                examples.setdefault(cause, f"{run['file']}::{o['test'].split('::')[-1]}")
+    return rows, causes, examples
+
+
+def report(runs: list[dict], args: argparse.Namespace) -> str:
+    import torch
+
+    rows, causes, examples = summarise(runs)
+    ran = sum(r["passed"] + r["failed"] + r["error"] for r in rows)
+    passed = sum(r["passed"] for r in rows)
+    lines = [
+        "# PyTorch's device-generic test suites on tpu",
+        "",
+        "Written by `python -m torch_tpu.tools.pytorch_suites` "
+        f"(torch {torch.__version__}, `--workers {args.workers} --timeout {args.timeout:g}"
+        + (f" --sample {args.sample}`" if args.sample else "`")
+        + f", TORCH_TPU_PRECISION={args.precision}), {time.strftime('%Y-%m-%d')}.",
+        "",
+        f"**{passed} of {ran} tests that ran passed ({100 * passed / max(ran, 1):.1f}%).**",
+        "",
+        "| file | passed | failed | errors | skipped | seconds | ending |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['file']} | {r['passed']} | {r['failed']} | {r['error']} | {r['skipped']} "
+            f"| {r['seconds']:.0f} | {r['ending']} |"
+        )
+    lines += ["", "## Failures by cause", "", "| tests | cause | example |", "|---|---|---|"]
+    for cause, n in causes.most_common():
+        text = cause.replace("|", "\\|")
+        lines.append(f"| {n} | `{text}` | {examples[cause]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if not args.tests.is_dir():
+        print(f"no test folder at {args.tests}", file=sys.stderr)
+        return 2
+    names = [n for n in args.files.split(",") if n]
+    files = (
+        [args.tests / (n if n.endswith(".py") else n + ".py") for n in names]
+        if names
+        else sorted(args.tests.glob("test_*.py"))
+    )
+    # A session per file: files change process state at import (test_nn sets the default
+    # dtype), and each has its time limit.
+    sessions = [[f] for f in files]
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="torch_tpu_suites_") as tmp:
+        for run in (r for session in sessions for r in run_files(session, args, Path(tmp))):
+            counts = collections.Counter(o["outcome"] for o in run["outcomes"])
+            print(
+                f"{run['file']}: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} "
+                f"failed, {counts.get('error', 0)} errors, {counts.get('skipped', 0)} skipped "
+                f"in {run['seconds']:.0f} s ({run['ending']})",
+                flush=True,
+            )
+            runs.append(run)
+    text = report(runs, args)
+    if args.report:
+        args.report.write_text(text)
+    else:
+        print(text)
+    ok = all(r["ending"] == "completed" for r in runs)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
