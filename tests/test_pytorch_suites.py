@@ -18,8 +18,11 @@ class TestToy(TestCase):
     def test_add(self, device):
         self.assertEqual(torch.ones(3, device=device) + 1, torch.full((3,), 2.0))
 
-    def test_wrong(self, device):
+    def test_wrong(self, device):  # on every device
         self.assertEqual(torch.ones(3, device=device).sum().item(), 4.0)
+
+    def test_on_the_host(self, device):  # fails on tpu only
+        self.assertEqual(torch.ones(1, device=device).device.type, "cpu")
 
     def test_complex32_view(self, device):
         torch.ones(2, dtype=torch.complex32, device=device)
@@ -53,12 +56,15 @@ def test_a_device_generic_file_runs_on_tpu(tmp_path):
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "test_toy.py: 2 passed, 1 failed, 0 errors, 1 skipped" in out.stdout
+    assert (
+        "test_toy.py: 2 passed, 1 failed, 0 errors, 1 failing on the CPU too, 1 skipped"
+        in out.stdout
+    )
     text = report.read_text()
-    assert "| test_toy.py | 2 | 1 | 0 | 1 |" in text
-    assert "**2 of 3 tests that ran passed (66.7%).**" in text
-    assert "test_toy.py::test_wrong_tpu" in text  # the failure's example
-    assert "| 1 | `AssertionError: Scalars are not close!` | test_toy.py::test_wrong_tpu |" in text
+    assert "| test_toy.py | 2 | 1 | 0 | 1 | 1 |" in text
+    assert "**2 of 3 tests that ran passed (66.7%)**, not counting 1 that fail on the CPU" in text
+    assert "| 1 | `AssertionError: String comparison failed: '…' != '…'` |" in text
+    assert "test_toy.py::test_on_the_host_tpu" in text  # the failure's example
 
 
 def test_a_missing_folder_is_reported(tmp_path):

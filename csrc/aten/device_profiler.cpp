@@ -82,37 +82,28 @@ class DeviceSession final : public libkineto::IActivityProfilerSession {
     processTrace(logger, [](int32_t) { return nullptr; }, 0, 0);
   }
 
-  // A device runs its work in the order it was queued: a piece started when
-  // it was queued or when the one before it finished, whichever was later.
+  // A device runs its work in the order it was queued, but PJRT may report
+  // completions out of order: a piece ended no later than any piece queued
+  // after it ended, and started when it was queued or when the one before it
+  // ended, whichever was later.
   void processTrace(libkineto::ActivityLogger& logger,
                     libkineto::getLinkedActivityCallback linked_op, int64_t, int64_t) override {
-    std::map<int, int64_t> device_free_ns;
+    std::map<int, std::vector<const Work*>> by_device;
     for (const auto& w : work_) {
-      int64_t end = w->finished_ns.load();
-      if (end < 0) continue;  // not finished when the profiler stopped
-      int64_t& free_ns = device_free_ns[w->device];
-      libkineto::GenericTraceActivity activity;
-      activity.activityType = w->kind == engine::DeviceWork::Program
-                                  ? ActivityType::CONCURRENT_KERNEL
-                                  : ActivityType::GPU_MEMCPY;
-      // Not the op's own name: the table would show two rows of it.
-      activity.activityName =
-          std::string(w->kind == engine::DeviceWork::Program ? "tpu::execute("
-                                                             : "tpu::device_to_host(") +
-          w->name + ")";
-      activity.startTime = std::min(std::max(w->queued_ns, free_ns), end);
-      activity.endTime = end;
-      activity.device = w->device;
-      activity.resource = 0;
-      activity.id = static_cast<int32_t>(w->correlation);
-      if (w->correlation != 0) {
-        activity.linked = linked_op(static_cast<int32_t>(w->correlation));
-        activity.flow.id = w->correlation;
-        activity.flow.type = libkineto::kLinkAsyncCpuGpu;
-        activity.flow.start = false;
+      if (w->finished_ns.load() >= 0) by_device[w->device].push_back(w.get());
+    }
+    for (const auto& [device, queue] : by_device) {
+      std::vector<int64_t> end(queue.size());
+      for (size_t i = queue.size(); i-- > 0;) {
+        end[i] = queue[i]->finished_ns.load();
+        if (i + 1 < queue.size()) end[i] = std::min(end[i], end[i + 1]);
       }
-      activity.log(logger);
-      free_ns = std::max(free_ns, end);
+      int64_t free_ns = 0;
+      for (size_t i = 0; i < queue.size(); ++i) {
+        log(logger, linked_op, *queue[i], std::min(std::max(queue[i]->queued_ns, free_ns), end[i]),
+            end[i]);
+        free_ns = end[i];
+      }
     }
   }
 
@@ -142,6 +133,29 @@ class DeviceSession final : public libkineto::IActivityProfilerSession {
   }
 
  private:
+  static void log(libkineto::ActivityLogger& logger,
+                  const libkineto::getLinkedActivityCallback& linked_op, const Work& w,
+                  int64_t start, int64_t end) {
+    const bool program = w.kind == engine::DeviceWork::Program;
+    libkineto::GenericTraceActivity activity;
+    activity.activityType = program ? ActivityType::CONCURRENT_KERNEL : ActivityType::GPU_MEMCPY;
+    // Not the op's own name: the table would show two rows of it.
+    activity.activityName =
+        std::string(program ? "tpu::execute(" : "tpu::device_to_host(") + w.name + ")";
+    activity.startTime = start;
+    activity.endTime = end;
+    activity.device = w.device;
+    activity.resource = 0;
+    activity.id = static_cast<int32_t>(w.correlation);
+    if (w.correlation != 0) {
+      activity.linked = linked_op(static_cast<int32_t>(w.correlation));
+      activity.flow.id = w.correlation;
+      activity.flow.type = libkineto::kLinkAsyncCpuGpu;
+      activity.flow.start = false;
+    }
+    activity.log(logger);
+  }
+
   std::vector<std::shared_ptr<Work>> work_;
 };
 

@@ -8,8 +8,9 @@ the project contains none). Each file runs unedited under pytest-xdist with a ti
 instantiated for tpu only (``PYTORCH_TESTING_DEVICE_ONLY_FOR=tpu``, ``-k TPU``), through
 the plugin ``torch_tpu.tools._pytorch_suite_plugin`` (helpers under their old names, the
 tests that cannot pass by design skipped with the reason, one JSON line per outcome). The
-report gives per file passed / failed / errors / skipped / time, and the failures grouped
-by cause (exception type and message with the numbers taken out). ``--sample N`` keeps a
+failures are run again on the CPU: those that fail there too are the file's, counted
+apart. The report gives per file passed / failed / errors / failing on the CPU too /
+skipped / time, and the failures grouped by cause (exception type and message with the numbers taken out). ``--sample N`` keeps a
 fixed 1/N of each file's tests, at least 3 (by a hash of the test's name): CI's sample.
 """
 
@@ -36,7 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--files", default="", help="comma-separated file names (default: every test_*.py)"
     )
-    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (default: 2)")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="pytest-xdist workers, 0: none (default: 2)"
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -55,29 +58,33 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run_files(paths: list[Path], args: argparse.Namespace, workdir: Path) -> list[dict]:
-    """Runs the files in one pytest session; returns per file its outcomes (one dict per
-    test) and how the session ended."""
-    results = workdir / f"{paths[0].stem}.jsonl"
+def session(
+    targets: list[str], device: str, args: argparse.Namespace, workdir: Path, name: str
+) -> tuple[list[dict], str]:
+    """One pytest session of ``targets`` (files or test ids) instantiated for ``device``;
+    returns the outcomes (one dict per test) and how the session ended."""
+    results = workdir / f"{name}.jsonl"
     results.unlink(missing_ok=True)
     env = dict(
         os.environ,
-        PYTORCH_TESTING_DEVICE_ONLY_FOR="tpu",
+        PYTORCH_TESTING_DEVICE_ONLY_FOR=device,
         TORCH_TPU_PRECISION=args.precision,
         TORCH_TPU_SUITE_RESULTS=str(results),
         TORCH_TPU_SUITE_LOCKS=str(workdir / "locks"),
         TORCH_TPU_SUITE_DEADLINE=str(args.timeout),
-        TORCH_TPU_SUITE_SAMPLE=str(args.sample),
+        TORCH_TPU_SUITE_SAMPLE=str(args.sample if device == "tpu" else 0),
         TORCH_TPU_FALLBACK="silent",
         PYTHONDONTWRITEBYTECODE="1",
     )
+    argsfile = workdir / f"{name}.args"  # test ids can be many: pytest reads @file
+    argsfile.write_text("\n".join(targets))
     cmd = [
-        sys.executable, "-m", "pytest", *map(str, paths), "-p", PLUGIN, "-q", "-k", "TPU",
+        sys.executable, "-m", "pytest", f"@{argsfile}", "-p", PLUGIN, "-q",
         "-n", str(args.workers), "-p", "no:cacheprovider", "--tb=no", "-o", "addopts=",
-        "--continue-on-collection-errors",
-        "--rootdir", str(paths[0].parent),
+        "--continue-on-collection-errors", "--rootdir", str(args.tests),
     ]  # fmt: skip
-    start = time.monotonic()
+    if device == "tpu":
+        cmd += ["-k", "TPU"]  # test_nn and test_torch also define CPU-only classes
     proc = subprocess.Popen(
         cmd, env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, start_new_session=True,
@@ -90,7 +97,6 @@ def run_files(paths: list[Path], args: argparse.Namespace, workdir: Path) -> lis
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
         ending = "stopped at the time limit"
-    seconds = time.monotonic() - start
     outcomes = []
     if results.exists():
         outcomes = [json.loads(line) for line in results.read_text().splitlines() if line]
@@ -98,15 +104,37 @@ def run_files(paths: list[Path], args: argparse.Namespace, workdir: Path) -> lis
         ending = f"pytest exited with {proc.returncode}: {output.strip().splitlines()[-1:]}"
     if "time limit" in output and ending == "completed":
         ending = "stopped at the time limit"
-    return [
-        {
-            "file": path.name,
-            "seconds": seconds,
-            "ending": ending,
-            "outcomes": [o for o in outcomes if o["test"].split("::")[0].endswith(path.name)],
-        }
-        for path in paths
-    ]
+    return outcomes, ending
+
+
+def cpu_counterpart(test_id: str) -> str | None:
+    """TestFooTPU::test_bar_tpu_float32 -> TestFooCPU::test_bar_cpu_float32."""
+    parts = test_id.split("::")
+    if len(parts) != 3 or not parts[1].endswith("TPU") or "_tpu" not in parts[2]:
+        return None
+    head, _, tail = parts[2].rpartition("_tpu")
+    return f"{parts[0]}::{parts[1][:-3]}CPU::{head}_cpu{tail}"
+
+
+def run_file(path: Path, args: argparse.Namespace, workdir: Path) -> dict:
+    """Runs a file on tpu, then its failures on the CPU: a failure the CPU shares is the test
+    file's (it is older than the installed torch), not the backend's."""
+    start = time.monotonic()
+    outcomes, ending = session([str(path)], "tpu", args, workdir, path.stem)
+    seconds = time.monotonic() - start
+    failed = {
+        cpu: o
+        for o in outcomes
+        if o["outcome"] in ("failed", "error") and (cpu := cpu_counterpart(o["test"]))
+    }
+    if failed:
+        on_cpu, _ = session(
+            [str(args.tests / t) for t in failed], "cpu", args, workdir, path.stem + "-cpu"
+        )
+        for o in on_cpu:
+            if o["outcome"] in ("failed", "error") and o["test"] in failed:
+                failed[o["test"]]["outcome"] = "cpu too"
+    return {"file": path.name, "seconds": seconds, "ending": ending, "outcomes": outcomes}
 
 
 _NUMBERS = re.compile(r"(?<![A-Za-z_])-?\d+(\.\d+)?(e-?\d+)?")
@@ -120,13 +148,14 @@ def cause_of(message: str) -> str:
     return first[:160]
 
 
+OUTCOMES = ("passed", "failed", "error", "cpu too", "skipped")
+
+
 def summarise(runs: list[dict]) -> tuple[list[dict], collections.Counter, dict]:
     rows, causes, examples = [], collections.Counter(), {}
     for run in runs:
         counts = collections.Counter(o["outcome"] for o in run["outcomes"])
-        rows.append(
-            {**run, **{k: counts.get(k, 0) for k in ("passed", "failed", "error", "skipped")}}
-        )
+        rows.append({**run, **{k: counts.get(k, 0) for k in OUTCOMES}})
         for o in run["outcomes"]:
             if o["outcome"] in ("failed", "error"):
                 cause = cause_of(o["message"])
@@ -141,6 +170,7 @@ def report(runs: list[dict], args: argparse.Namespace) -> str:
     rows, causes, examples = summarise(runs)
     ran = sum(r["passed"] + r["failed"] + r["error"] for r in rows)
     passed = sum(r["passed"] for r in rows)
+    cpu_too = sum(r["cpu too"] for r in rows)
     lines = [
         "# PyTorch's device-generic test suites on tpu",
         "",
@@ -149,15 +179,18 @@ def report(runs: list[dict], args: argparse.Namespace) -> str:
         + (f" --sample {args.sample}`" if args.sample else "`")
         + f", TORCH_TPU_PRECISION={args.precision}), {time.strftime('%Y-%m-%d')}.",
         "",
-        f"**{passed} of {ran} tests that ran passed ({100 * passed / max(ran, 1):.1f}%).**",
+        f"**{passed} of {ran} tests that ran passed ({100 * passed / max(ran, 1):.1f}%)**, not "
+        f"counting {cpu_too} that fail on the CPU as well (the test files are older than the "
+        "installed torch). Skipped tests include those that cannot pass by design "
+        "(`BY_DESIGN` in `torch_tpu/tools/_pytorch_suite_plugin.py`, each with its reason).",
         "",
-        "| file | passed | failed | errors | skipped | seconds | ending |",
-        "|---|---|---|---|---|---|---|",
+        "| file | passed | failed | errors | fail on the CPU too | skipped | seconds | ending |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['file']} | {r['passed']} | {r['failed']} | {r['error']} | {r['skipped']} "
-            f"| {r['seconds']:.0f} | {r['ending']} |"
+            f"| {r['file']} | {r['passed']} | {r['failed']} | {r['error']} | {r['cpu too']} "
+            f"| {r['skipped']} | {r['seconds']:.0f} | {r['ending']} |"
         )
     lines += ["", "## Failures by cause", "", "| tests | cause | example |", "|---|---|---|"]
     for cause, n in causes.most_common():
@@ -168,6 +201,7 @@ def report(runs: list[dict], args: argparse.Namespace) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    args.tests = args.tests.resolve()  # pytest runs in a scratch directory
     if not args.tests.is_dir():
         print(f"no test folder at {args.tests}", file=sys.stderr)
         return 2
@@ -179,15 +213,16 @@ def main(argv=None) -> int:
     )
     # A session per file: files change process state at import (test_nn sets the default
     # dtype), and each has its time limit.
-    sessions = [[f] for f in files]
     runs = []
     with tempfile.TemporaryDirectory(prefix="torch_tpu_suites_") as tmp:
-        for run in (r for session in sessions for r in run_files(session, args, Path(tmp))):
+        for path in files:
+            run = run_file(path, args, Path(tmp))
             counts = collections.Counter(o["outcome"] for o in run["outcomes"])
             print(
                 f"{run['file']}: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} "
-                f"failed, {counts.get('error', 0)} errors, {counts.get('skipped', 0)} skipped "
-                f"in {run['seconds']:.0f} s ({run['ending']})",
+                f"failed, {counts.get('error', 0)} errors, {counts.get('cpu too', 0)} failing "
+                f"on the CPU too, {counts.get('skipped', 0)} skipped in {run['seconds']:.0f} s "
+                f"({run['ending']})",
                 flush=True,
             )
             runs.append(run)
