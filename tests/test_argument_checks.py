@@ -117,6 +117,11 @@ CASES = {
 }
 
 # Calls that look alike but are valid: they must still compute.
+CASES["add_float_alpha_to_integers"] = lambda d: torch.sub(longs(1, device=d), 2, alpha=0.5)
+CASES["add_bool_alpha_to_integers"] = lambda d: torch.add(
+    longs(1, device=d), longs(2, device=d), alpha=True
+)
+CASES["add_complex_alpha_to_floats"] = lambda d: ones(2, device=d).add_(ones(2, device=d), alpha=1j)
 CASES["clamp_without_bounds"] = lambda d: torch.clamp(ones(2, device=d))
 CASES["clamp_tensor_without_bounds"] = lambda d: ones(2, device=d).clamp_(None, None)
 CASES["nonzero_out_dtype"] = lambda d: torch.nonzero(ones(3, device=d), out=ones(0, device=d))

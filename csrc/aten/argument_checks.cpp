@@ -97,6 +97,20 @@ void clamp_tensor_bounds(Args a) {
               "torch.clamp: At least one of 'min' or 'max' must not be None");
 }
 
+// add/sub(self, other, alpha) and rsub: the CPU's alpha_check on the result type.
+void alpha(Args a) {
+  const at::Tensor& self = a[0].toTensor();
+  at::ScalarType result = a[1].isTensor() ? at::result_type(self, a[1].toTensor())
+                                          : at::result_type(self, a[1].toScalar());
+  c10::Scalar alpha = a[2].toScalar();
+  TORCH_CHECK(!alpha.isBoolean() || result == at::kBool,
+              "Boolean alpha only supported for Boolean results.");
+  TORCH_CHECK(at::isFloatingType(result) || at::isComplexType(result) || alpha.isIntegral(true),
+              "For integral input tensors, argument alpha must not be a floating point number.");
+  TORCH_CHECK(at::isComplexType(result) || !alpha.isComplex(),
+              "For non-complex input tensors, argument alpha must not be a complex number.");
+}
+
 // ---------------------------------------------------------------- random
 
 void random_range(const at::Tensor& self, int64_t from, std::optional<int64_t> to) {
@@ -384,6 +398,12 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::masked_fill.Scalar", fill_value<2>},
       {"aten::index_fill.int_Scalar", fill_value<3>},
       {"aten::clamp", clamp_bounds},
+      {"aten::add.Tensor", alpha},
+      {"aten::add.Scalar", alpha},
+      {"aten::sub.Tensor", alpha},
+      {"aten::sub.Scalar", alpha},
+      {"aten::rsub.Tensor", alpha},
+      {"aten::rsub.Scalar", alpha},
       {"aten::clamp.Tensor", clamp_tensor_bounds},
       {"aten::clamp_min", clamp_bounds},
       {"aten::clamp_max", clamp_bounds},
