@@ -122,6 +122,26 @@ CASES["add_bool_alpha_to_integers"] = lambda d: torch.add(
     longs(1, device=d), longs(2, device=d), alpha=True
 )
 CASES["add_complex_alpha_to_floats"] = lambda d: ones(2, device=d).add_(ones(2, device=d), alpha=1j)
+CASES["mul_float_into_int8"] = lambda d: ones(3, dtype=I8, device=d).mul_(2.5)
+CASES["mul_long_into_bool"] = lambda d: ones(3, dtype=torch.bool, device=d).mul_(longs(1, device=d))
+CASES["addcmul_float_into_int8"] = lambda d: ones(3, dtype=I8, device=d).addcmul_(
+    ones(3, device=d), ones(3, device=d)
+)
+CASES["sort_out_indices_dtype"] = lambda d: torch.sort(
+    ones(3, device=d), out=(ones(3, device=d), ones(3, device=d))
+)
+CASES["sort_out_values_dtype"] = lambda d: torch.sort(
+    ones(3, device=d), out=(ones(3, dtype=L, device=d), ones(3, dtype=L, device=d))
+)
+CASES["index_put_dtypes"] = lambda d: ones(3, device=d).index_put_(
+    (longs(0, device=d),), longs(1, device=d)
+)
+CASES["index_put_accumulate_dtypes"] = lambda d: ones(3, device=d).index_put_(
+    (longs(0, device=d),), ones(1, dtype=torch.float64, device=d), accumulate=True
+)
+CASES["index_add_dtypes"] = lambda d: torch.index_add(
+    ones(3, device=d), 0, longs(0, device=d), longs(1, device=d)
+)
 CASES["clamp_without_bounds"] = lambda d: torch.clamp(ones(2, device=d))
 CASES["clamp_tensor_without_bounds"] = lambda d: ones(2, device=d).clamp_(None, None)
 CASES["nonzero_out_dtype"] = lambda d: torch.nonzero(ones(3, device=d), out=ones(0, device=d))

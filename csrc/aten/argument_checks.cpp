@@ -4,9 +4,12 @@
 #include <ATen/native/DistributionTemplates.h>
 #include <ATen/native/GridSamplerUtils.h>
 #include <ATen/native/ReduceOpsUtils.h>
+#include <ATen/native/TypeProperties.h>
 #include <c10/util/StringUtil.h>
 
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace torch_tpu::aten {
 
@@ -109,6 +112,40 @@ void alpha(Args a) {
               "For integral input tensors, argument alpha must not be a floating point number.");
   TORCH_CHECK(at::isComplexType(result) || !alpha.isComplex(),
               "For non-complex input tensors, argument alpha must not be a complex number.");
+}
+
+// ---------------------------------------------------------------- dtypes
+
+// self op= operands (mul_, addcmul_): the operands' result type must cast to
+// self's, as TensorIterator checks. Scalar arguments after the operands
+// (addcmul's value) take no part.
+template <int operands>
+void in_place_casts(Args a) {
+  at::native::ResultTypeState state;
+  for (int i = 0; i < operands; ++i) {
+    state = a[i].isTensor() ? at::native::update_result_type_state(a[i].toTensor(), state)
+                            : at::native::update_result_type_state(a[i].toScalar(), state);
+  }
+  at::ScalarType result = at::native::result_type(state);
+  TORCH_CHECK(c10::canCast(result, dtype(a[0])), "result type ", result,
+              " can't be cast to the desired output type ", dtype(a[0]));
+}
+
+// sort(self, ..., values, indices): the out tensors' types.
+void sort_out(Args a) {
+  auto expect = [](const c10::IValue& out, at::ScalarType type) {
+    TORCH_CHECK(dtype(out) == type, "Expected out tensor to have dtype ",
+                c10::scalarTypeToTypeMeta(type).name(), ", but got ",
+                c10::scalarTypeToTypeMeta(dtype(out)).name(), " instead");
+  };
+  expect(a[a.size() - 2], dtype(a[0]));
+  expect(a[a.size() - 1], at::kLong);
+}
+
+// index_add(self, dim, index, source, alpha)
+void index_add(Args a) {
+  TORCH_CHECK(dtype(a[0]) == dtype(a[3]), "index_add_(): self (", dtype(a[0]), ") and source (",
+              dtype(a[3]), ") must have the same scalar type");
 }
 
 // ---------------------------------------------------------------- random
@@ -288,6 +325,14 @@ void put(Args a) {
                     "put_(): Tried to put elements into an empty tensor");
 }
 
+// index_put(self, indices, values, accumulate): the types, then the indices.
+void index_put(Args a) {
+  TORCH_CHECK(dtype(a[0]) == dtype(a[2]),
+              "Index put requires the source and destination dtypes match, got ", dtype(a[0]),
+              " for the destination and ", dtype(a[2]), " for the source.");
+  advanced_index(a);
+}
+
 // index_copy(self, dim, index, source): the CPU's checks in its order, which
 // raise IndexErrors where PyTorch's meta kernel raises RuntimeErrors.
 void index_copy(Args a) {
@@ -384,7 +429,7 @@ void batch_norm(Args a) {
 }
 
 const std::unordered_map<std::string, ArgumentCheck>& checks() {
-  static const std::unordered_map<std::string, ArgumentCheck> table = {
+  static const std::vector<std::pair<std::string, ArgumentCheck>> entries = {
       {"aten::mm", mm},
       {"aten::addmm", addmm},
       {"aten::_addmm_activation", addmm},
@@ -398,6 +443,13 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::masked_fill.Scalar", fill_value<2>},
       {"aten::index_fill.int_Scalar", fill_value<3>},
       {"aten::clamp", clamp_bounds},
+      {"aten::mul_.Tensor", in_place_casts<2>},
+      {"aten::mul_.Scalar", in_place_casts<2>},
+      {"aten::addcmul_", in_place_casts<3>},
+      {"aten::addcdiv_", in_place_casts<3>},
+      {"aten::sort.values", sort_out},
+      {"aten::sort.values_stable", sort_out},
+      {"aten::index_add", index_add},
       {"aten::add.Tensor", alpha},
       {"aten::add.Scalar", alpha},
       {"aten::sub.Tensor", alpha},
@@ -441,8 +493,8 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::embedding", embedding},
       {"aten::index.Tensor", advanced_index},
       {"aten::_unsafe_index.Tensor", advanced_index},
-      {"aten::index_put", advanced_index},
-      {"aten::_index_put_impl", advanced_index},
+      {"aten::index_put", index_put},
+      {"aten::_index_put_impl", index_put},
       {"aten::_unsafe_index_put", advanced_index},
       {"aten::put", put},
       {"aten::index_copy", index_copy},
@@ -456,7 +508,15 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::_native_batch_norm_legit.no_stats", batch_norm<3>},
       {"aten::_batch_norm_with_update", batch_norm<-1>},
   };
-  return table;
+  static const auto* table = [] {
+    auto* t = new std::unordered_map<std::string, ArgumentCheck>();
+    for (const auto& [name, check] : entries) {
+      // One check per operator: a second entry would be dropped silently.
+      TORCH_INTERNAL_ASSERT(t->emplace(name, check).second, "two argument checks for ", name);
+    }
+    return t;
+  }();
+  return *table;
 }
 
 }  // namespace
