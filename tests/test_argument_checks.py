@@ -2,6 +2,8 @@
 (dtypes, shapes, Python scalars): a tpu op raises the CPU's exception instead of
 computing."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -142,6 +144,19 @@ CASES["index_put_accumulate_dtypes"] = lambda d: ones(3, device=d).index_put_(
 CASES["index_add_dtypes"] = lambda d: torch.index_add(
     ones(3, device=d), 0, longs(0, device=d), longs(1, device=d)
 )
+U8_MASK = (1, 0, 1)
+CASES["masked_fill_byte_mask"] = lambda d: ones(3, device=d).masked_fill_(
+    torch.tensor(U8_MASK, dtype=torch.uint8, device=d), 1.0
+)
+CASES["masked_fill_byte_mask_tensor_value"] = lambda d: ones(3, device=d).masked_fill(
+    torch.tensor(U8_MASK, dtype=torch.uint8, device=d), torch.tensor(1.0, device=d)
+)
+CASES["setitem_byte_mask"] = lambda d: put_item(
+    ones(3, device=d), torch.tensor(U8_MASK, dtype=torch.uint8, device=d), 1.0
+)
+CASES["masked_scatter_byte_mask"] = lambda d: ones(3, device=d).masked_scatter_(
+    torch.tensor(U8_MASK, dtype=torch.uint8, device=d), ones(3, device=d)
+)
 CASES["clamp_without_bounds"] = lambda d: torch.clamp(ones(2, device=d))
 CASES["clamp_tensor_without_bounds"] = lambda d: ones(2, device=d).clamp_(None, None)
 CASES["nonzero_out_dtype"] = lambda d: torch.nonzero(ones(3, device=d), out=ones(0, device=d))
@@ -206,3 +221,19 @@ def test_meta_kernel_assertions_are_runtime_errors_like_the_cpus(op):
         op(ones(3))
     with pytest.raises(RuntimeError, match="must have at least 2 dimensions"):
         op(ones(3, device="tpu"))
+
+
+@pytest.mark.parametrize(
+    "use",
+    [
+        lambda d, m: ones(3, device=d)[m],
+        lambda d, m: put_item(ones(3, device=d), m, ones(2, device=d)),
+        lambda d, m: ones(3, device=d).masked_scatter_(m, ones(3, device=d)),
+    ],
+    ids=["index", "setitem", "masked_scatter"],
+)
+def test_byte_masks_warn_like_the_cpu(use):
+    for device in ("cpu", "tpu"):
+        mask = torch.tensor(U8_MASK, dtype=torch.uint8, device=device)
+        with pytest.warns(UserWarning, match="uint8"), contextlib.suppress(RuntimeError):
+            use(device, mask)

@@ -325,12 +325,48 @@ void put(Args a) {
                     "put_(): Tried to put elements into an empty tensor");
 }
 
+void boolean_mask(const char* op, const at::Tensor& mask) {
+  TORCH_CHECK(mask.scalar_type() == at::kBool, op,
+              " only supports boolean masks, but got mask with dtype ",
+              c10::scalarTypeToTypeMeta(mask.scalar_type()).name());
+}
+
 // index_put(self, indices, values, accumulate): the types, then the indices.
+// The CPU writes one value through one mask with masked_fill_, which takes
+// boolean masks only.
 void index_put(Args a) {
   TORCH_CHECK(dtype(a[0]) == dtype(a[2]),
               "Index put requires the source and destination dtypes match, got ", dtype(a[0]),
               " for the destination and ", dtype(a[2]), " for the source.");
+  c10::List<std::optional<at::Tensor>> indices = a[1].toOptionalTensorList();
+  const bool accumulate = a.size() > 3 && a[3].toBool();
+  if (!accumulate && indices.size() == 1 && a[2].toTensor().numel() == 1) {
+    std::optional<at::Tensor> index = indices[0];
+    if (index && index->defined() && index->scalar_type() == at::kByte) {
+      boolean_mask("masked_fill_", *index);
+    }
+  }
   advanced_index(a);
+}
+
+// masked_fill(self, mask, value)
+void masked_fill_tensor(Args a) { boolean_mask("masked_fill_", a[1].toTensor()); }
+void masked_fill_scalar(Args a) {
+  masked_fill_tensor(a);
+  fill_value<2>(a);
+}
+
+// masked_scatter(self, mask, source)
+void masked_scatter(Args a) {
+  const at::Tensor& mask = a[1].toTensor();
+  if (mask.scalar_type() == at::kByte) {
+    TORCH_WARN(
+        "masked_scatter_ received a mask with dtype torch.uint8, this behavior is now "
+        "deprecated,please use a mask with dtype torch.bool instead.");
+  }
+  TORCH_CHECK(mask.scalar_type() == at::kBool,
+              "masked_scatter_ only supports boolean masks, but got mask with dtype ",
+              mask.scalar_type());
 }
 
 // index_copy(self, dim, index, source): the CPU's checks in its order, which
@@ -440,7 +476,9 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::pow.Tensor_Scalar", pow_scalar},
       {"aten::pow_.Scalar", pow_scalar},  // in place of pow.Tensor_Scalar
       {"aten::fill.Scalar", fill_value<1>},
-      {"aten::masked_fill.Scalar", fill_value<2>},
+      {"aten::masked_fill.Scalar", masked_fill_scalar},
+      {"aten::masked_fill.Tensor", masked_fill_tensor},
+      {"aten::masked_scatter", masked_scatter},
       {"aten::index_fill.int_Scalar", fill_value<3>},
       {"aten::clamp", clamp_bounds},
       {"aten::mul_.Tensor", in_place_casts<2>},

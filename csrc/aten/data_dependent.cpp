@@ -46,6 +46,11 @@ void masks_to_indices(std::vector<c10::IValue>& stack, size_t num_args) {
       ++dim;
       continue;
     }
+    if (index->scalar_type() == at::kByte) {
+      TORCH_WARN(
+          "indexing with dtype torch.uint8 is now deprecated, please use a dtype "
+          "torch.bool instead.");
+    }
     check_mask_shape(self, *index, dim);
     at::Tensor coordinates = at::nonzero(*index);
     for (int64_t k = 0; k < index->dim(); ++k) rewritten.push_back(coordinates.select(1, k));
