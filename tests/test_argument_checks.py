@@ -157,6 +157,7 @@ CASES["setitem_byte_mask"] = lambda d: put_item(
 CASES["masked_scatter_byte_mask"] = lambda d: ones(3, device=d).masked_scatter_(
     torch.tensor(U8_MASK, dtype=torch.uint8, device=d), ones(3, device=d)
 )
+CASES["unique_dim_with_other_empty_dims"] = lambda d: torch.unique(ones(0, 3, device=d), dim=1)
 CASES["clamp_without_bounds"] = lambda d: torch.clamp(ones(2, device=d))
 CASES["clamp_tensor_without_bounds"] = lambda d: ones(2, device=d).clamp_(None, None)
 CASES["nonzero_out_dtype"] = lambda d: torch.nonzero(ones(3, device=d), out=ones(0, device=d))
@@ -185,6 +186,11 @@ VALID = {
     "index_select_empty_index": lambda d: ones(0, 3, device=d).index_select(0, longs(device=d)),
     "put_nothing_into_empty": lambda d: ones(0, device=d).put(longs(device=d), ones(0, device=d)),
     "slice_scatter": lambda d: ones(4, 4, device=d).slice_scatter(ones(2, 4, device=d), 0, 0, 2),
+    "unique_dim_empty": lambda d: torch.unique(ones(0, 3, device=d), dim=0),
+    "nll_loss_byte_target": lambda d: F.nll_loss(
+        torch.linspace(-1, 1, 12, device=d).reshape(3, 4).log_softmax(1),
+        torch.tensor([0, 3, 2], dtype=torch.uint8, device=d),
+    ),
 }
 
 
@@ -237,3 +243,13 @@ def test_byte_masks_warn_like_the_cpu(use):
         mask = torch.tensor(U8_MASK, dtype=torch.uint8, device=device)
         with pytest.warns(UserWarning, match="uint8"), contextlib.suppress(RuntimeError):
             use(device, mask)
+
+
+def test_nll_loss_byte_targets_have_gradients():
+    grads = []
+    for device in ("cpu", "tpu"):
+        x = torch.linspace(-1, 1, 12, device=device).reshape(3, 4).requires_grad_()
+        target = torch.tensor([0, 3, 2], dtype=torch.uint8, device=device)
+        F.nll_loss(x.log_softmax(1), target).backward()
+        grads.append(x.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])

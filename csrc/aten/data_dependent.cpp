@@ -5,6 +5,8 @@
 
 #include <ATen/ExpandUtils.h>
 
+#include <algorithm>
+
 namespace torch_tpu::aten {
 
 namespace {
@@ -250,6 +252,17 @@ std::tuple<at::Tensor, at::Tensor> unique_tpu(const at::Tensor& self, bool sorte
 UniqueResult unique_rows(const at::Tensor& self, int64_t dim, bool sort, bool return_inverse,
                          bool return_counts) {
   dim = c10::maybe_wrap_dim(dim, self.dim());
+  // The CPU's rules for empty tensors.
+  const auto zero_dims = std::count(self.sizes().begin(), self.sizes().end(), 0);
+  if (self.size(dim) == 0) {
+    TORCH_CHECK(zero_dims == 1,
+                "Number of zero sized dimensions is more than one, so unique cannot be applied ");
+    at::TensorOptions longs = self.options().dtype(at::kLong);
+    return {at::empty(self.sizes(), self.options()), at::empty({0}, longs), at::empty({0}, longs)};
+  }
+  TORCH_CHECK(zero_dims == 0,
+              "There are 0 sized dimensions, and they aren't selected, so unique cannot be "
+              "applied");
   at::Tensor rows = self.movedim(dim, 0).reshape({self.size(dim), -1});
   at::Tensor order = sort && rows.size(1) > 0
                          ? lexicographic_order(rows)
@@ -279,9 +292,27 @@ UniqueResult unique_consecutive_tpu(const at::Tensor& self, bool return_inverse,
   return {entries, inverse, counts};
 }
 
+// nll_loss's uint8 targets, which the CPU's kernel takes and PyTorch's
+// decomposition (the meta kernel) does not: widened to int64.
+template <size_t target>
+void byte_target_to_long(std::vector<c10::IValue>& stack, size_t num_args) {
+  c10::IValue& arg = stack[stack.size() - num_args + target];
+  if (arg.isTensor() && arg.toTensor().scalar_type() == at::kByte) {
+    arg = arg.toTensor().to(at::kLong);
+  }
+}
+
 }  // namespace
 
 ArgumentRewrite find_argument_rewrite(const std::string& op_name) {
+  if (op_name.rfind("aten::nll_loss_forward", 0) == 0 ||
+      op_name.rfind("aten::nll_loss2d_forward", 0) == 0) {
+    return &byte_target_to_long<1>;
+  }
+  if (op_name.rfind("aten::nll_loss_backward", 0) == 0 ||
+      op_name.rfind("aten::nll_loss2d_backward", 0) == 0) {
+    return &byte_target_to_long<2>;
+  }
   if (op_name.rfind("aten::index.", 0) == 0) return &masks_to_indices;
   for (const char* name : {"aten::index_put", "aten::_index_put_impl_"}) {
     if (op_name.rfind(name, 0) == 0) return &masks_to_indices_unless_masked_fill;

@@ -12,7 +12,8 @@ namespace torch_tpu::aten {
 // A host step an operator takes before it is lowered, for arguments whose
 // meaning depends on their values: boolean masks among `index`'s indices
 // become the coordinates of their true elements (one synchronisation), and
-// CPU index tensors move to the device, as CUDA accepts them.
+// CPU index tensors move to the device, as CUDA accepts them; nll_loss's
+// uint8 targets become int64 (the CPU takes them, PyTorch's meta kernel not).
 using ArgumentRewrite = void (*)(std::vector<c10::IValue>& stack, size_t num_args);
 
 // The rewrite for an operator ("aten::index_put_"), or nullptr.
