@@ -215,3 +215,28 @@ def test_cross(dtype):
 
 def test_cross_grad():
     grads(lambda x, y: torch.linalg.cross(x, y, dim=0), make((3, 5)), make((3, 5), seed=1))
+
+
+# ---------------------------------------------------------------- TorchScript
+
+
+@torch.jit.script
+def _scripted_set(x: torch.Tensor, index: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    x[index] = value
+    return x
+
+
+@torch.jit.script
+def _scripted_get(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return x[index]
+
+
+@pytest.mark.parametrize(
+    "index", [torch.tensor([True, False, True, False]), torch.tensor([3, 0])], ids=["mask", "long"]
+)
+def test_torchscript_indexing(index):
+    # TorchScript passes the indices as a generic list of IValues.
+    x = torch.arange(4.0)
+    for value in (torch.tensor(7.0), torch.tensor([5.0, 6.0])):
+        check(lambda t, i, v: _scripted_set(t.clone(), i, v), x, index, value)
+    check(_scripted_get, x, index)

@@ -566,10 +566,29 @@ std::optional<MetaResult> meta_results(const Binding& binding, const c10::Operat
 
 // ---------------------------------------------------------------- kernel
 
+// TorchScript passes a `Tensor?[]` argument as a list of IValues; the rest
+// of the kernel (and the CPU's) reads a list of optional tensors.
+void type_tensor_lists(torch::jit::Stack& stack, const c10::FunctionSchema& schema) {
+  const size_t num_args = schema.arguments().size();
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& v = stack[stack.size() - num_args + i];
+    if (!v.isList() || v.isOptionalTensorList() || v.isTensorList()) continue;
+    if (!schema.arguments()[i].real_type()->isSubtypeOf(*c10::ListType::ofOptionalTensors())) {
+      continue;
+    }
+    c10::List<std::optional<at::Tensor>> typed;
+    for (const c10::IValue& item : v.toListRef()) {
+      typed.push_back(item.isNone() ? std::nullopt : std::optional<at::Tensor>(item.toTensor()));
+    }
+    v = typed;
+  }
+}
+
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const Binding& binding = bindings().at(full_name(op.operator_name()));
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
+  type_tensor_lists(*stack, schema);
   if (binding.rewrite) binding.rewrite(*stack, num_args);
   resolve_math_bits(*stack, num_args, binding);
   auto args = torch::jit::last(*stack, num_args);
