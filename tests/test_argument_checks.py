@@ -253,3 +253,18 @@ def test_nll_loss_byte_targets_have_gradients():
         F.nll_loss(x.log_softmax(1), target).backward()
         grads.append(x.grad.cpu())
     torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize(
+    "in_place",
+    [lambda x: F.leaky_relu_(x, -0.5), lambda x: F.elu_(x, alpha=-1.0)],
+    ids=["leaky_relu_", "elu_"],
+)
+def test_in_place_activations_with_a_negative_slope_have_no_backward(in_place):
+    errors = []
+    for device in ("cpu", "tpu"):
+        x = torch.ones(2, device=device, requires_grad=True).clone()
+        with pytest.raises(RuntimeError, match="negative slope which is not supported") as e:
+            in_place(x).sum().backward()
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]

@@ -148,6 +148,28 @@ void index_add(Args a) {
               dtype(a[3]), ") must have the same scalar type");
 }
 
+// ---------------------------------------------------------------- activations
+
+// leaky_relu_backward(grad_output, self, negative_slope, self_is_result): the
+// result of an in-place leaky_relu_ with a negative slope does not give back
+// the input's signs.
+void leaky_relu_backward(Args a) {
+  TORCH_CHECK(!a[3].toBool() || a[2].toScalar().toDouble() >= 0,
+              "In-place leakyReLu backward calculation is triggered with a negative slope which "
+              "is not supported. This is caused by calling in-place forward function with a "
+              "negative slope, please call out-of-place version instead. File an issue at "
+              "https://github.com/pytorch/pytorch if you do require supporting in-place "
+              "leakRelu backward calculation with negative slope");
+}
+
+// elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result)
+void elu_backward(Args a) {
+  TORCH_CHECK(!a[4].toBool() || a[1].toScalar().toDouble() >= 0,
+              "In-place elu backward calculation is triggered with a negative slope which is not "
+              "supported. This is caused by calling in-place forward function with a negative "
+              "slope, please call out-of-place version instead.");
+}
+
 // ---------------------------------------------------------------- random
 
 void random_range(const at::Tensor& self, int64_t from, std::optional<int64_t> to) {
@@ -481,6 +503,8 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::masked_scatter", masked_scatter},
       {"aten::index_fill.int_Scalar", fill_value<3>},
       {"aten::clamp", clamp_bounds},
+      {"aten::leaky_relu_backward", leaky_relu_backward},
+      {"aten::elu_backward", elu_backward},
       {"aten::mul_.Tensor", in_place_casts<2>},
       {"aten::mul_.Scalar", in_place_casts<2>},
       {"aten::addcmul_", in_place_casts<3>},
