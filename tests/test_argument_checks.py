@@ -158,6 +158,10 @@ CASES["masked_scatter_byte_mask"] = lambda d: ones(3, device=d).masked_scatter_(
     torch.tensor(U8_MASK, dtype=torch.uint8, device=d), ones(3, device=d)
 )
 CASES["unique_dim_with_other_empty_dims"] = lambda d: torch.unique(ones(0, 3, device=d), dim=1)
+CASES["cat_out_dtype"] = lambda d: torch.cat([ones(3, device=d)], out=ones(3, dtype=L, device=d))
+CASES["stack_out_dtype"] = lambda d: torch.stack(
+    [ones(3, device=d)], out=ones(1, 3, dtype=L, device=d)
+)
 CASES["clamp_without_bounds"] = lambda d: torch.clamp(ones(2, device=d))
 CASES["clamp_tensor_without_bounds"] = lambda d: ones(2, device=d).clamp_(None, None)
 CASES["nonzero_out_dtype"] = lambda d: torch.nonzero(ones(3, device=d), out=ones(0, device=d))
@@ -196,7 +200,7 @@ VALID = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_invalid_arguments_raise_like_the_cpu(case):
-    with pytest.raises((RuntimeError, IndexError)) as cpu:
+    with pytest.raises((RuntimeError, IndexError, TypeError)) as cpu:
         CASES[case]("cpu")
     with pytest.raises(type(cpu.value)) as tpu:
         CASES[case]("tpu")

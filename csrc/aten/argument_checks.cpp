@@ -353,6 +353,18 @@ void boolean_mask(const char* op, const at::Tensor& mask) {
               c10::scalarTypeToTypeMeta(mask.scalar_type()).name());
 }
 
+// cat/stack(tensors, dim, out): the inputs' result type must cast to out's.
+void concatenated_into(Args a) {
+  if (a.size() < 3) return;  // no out=
+  at::native::ResultTypeState state;
+  for (const at::Tensor& t : a[0].toTensorList()) {
+    state = at::native::update_result_type_state(t, state);
+  }
+  at::ScalarType out = dtype(a[2]);
+  TORCH_CHECK_TYPE(c10::canCast(at::native::result_type(state), out),
+                   "torch.cat(): input types can't be cast to the desired output type ", out);
+}
+
 // index_put(self, indices, values, accumulate): the types, then the indices.
 // The CPU writes one value through one mask with masked_fill_, which takes
 // boolean masks only.
@@ -503,6 +515,8 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::masked_scatter", masked_scatter},
       {"aten::index_fill.int_Scalar", fill_value<3>},
       {"aten::clamp", clamp_bounds},
+      {"aten::cat", concatenated_into},
+      {"aten::stack", concatenated_into},
       {"aten::leaky_relu_backward", leaky_relu_backward},
       {"aten::elu_backward", elu_backward},
       {"aten::mul_.Tensor", in_place_casts<2>},
