@@ -125,6 +125,8 @@ def _restore_generic_class_super() -> None:
 
 
 def pytest_configure(config) -> None:
+    global _CONTROLLER
+    _CONTROLLER = not hasattr(config, "workerinput")
     import torch  # autoloads torch_tpu
     from torch.testing._internal import common_device_type
 
@@ -164,9 +166,12 @@ def pytest_collection_modifyitems(config, items) -> None:
                 break
 
 
+_CONTROLLER = True  # pytest_configure says; a worker's reports reach the controller
+
+
 def _record(line: dict) -> None:
     path = os.environ.get("TORCH_TPU_SUITE_RESULTS")
-    if path and not _WORKER:  # the controller (or a run without xdist) writes
+    if path and _CONTROLLER:
         with open(path, "a") as f:
             f.write(json.dumps(line) + "\n")
 

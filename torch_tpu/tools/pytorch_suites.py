@@ -65,8 +65,9 @@ def session(
     returns the outcomes (one dict per test) and how the session ended."""
     results = workdir / f"{name}.jsonl"
     results.unlink(missing_ok=True)
-    env = dict(
-        os.environ,
+    # Not an xdist worker's variables, when this runs under pytest itself.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(
         PYTORCH_TESTING_DEVICE_ONLY_FOR=device,
         TORCH_TPU_PRECISION=args.precision,
         TORCH_TPU_SUITE_RESULTS=str(results),
