@@ -121,7 +121,7 @@ py-test: build
 PYTORCH_TESTS ?= ../shared/pytorch_tests
 test-suites-sample: build
 	@if [ -d "$(PYTORCH_TESTS)" ]; then \
-		$(PY) -m torch_tpu.tools.pytorch_suites --tests $(PYTORCH_TESTS) --sample 100 --workers 0 --timeout 600; \
+		$(PY) -m torch_tpu.tools.pytorch_suites --tests $(PYTORCH_TESTS) --sample 200 --workers 0 --timeout 600; \
 	else echo "no PyTorch test files at $(PYTORCH_TESTS): the suites' sample is skipped"; fi
 
 test-suites: build
