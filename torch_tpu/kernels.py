@@ -468,8 +468,7 @@ def stablehlo_op(name: str, mlir_text: str, out_shapes=None):
         given = [(tuple(s), d) for s, d in out_shapes]
         if given != results:
             raise ValueError(f"{name}: out_shapes {given} are not @main's results {results}")
-    with _jax_mlir.make_ir_context():
-        module_id = _add_module(name, ir.Module.parse(mlir_text), results)
+    module_id = _add_module(name, module, results)  # in the module's own context
     single = len(results) == 1
     rets = ", ".join(["Tensor"] * len(results))
     schema = "(" + ", ".join(f"Tensor x{i}" for i in range(len(inputs))) + ") -> "
