@@ -166,6 +166,20 @@ CASES["clamp_without_bounds"] = lambda d: torch.clamp(ones(2, device=d))
 CASES["clamp_tensor_without_bounds"] = lambda d: ones(2, device=d).clamp_(None, None)
 CASES["nonzero_out_dtype"] = lambda d: torch.nonzero(ones(3, device=d), out=ones(0, device=d))
 
+# Advanced indexing: index types, indices that do not broadcast, values that do not fit
+# the indexed shape (checked before the dtypes, as make_index_put_iterator does).
+CASES["index_float_index"] = lambda d: ones(3, device=d)[torch.tensor([], device=d)]
+CASES["index_unbroadcastable"] = lambda d: ones(2, 3, 4, device=d)[False, [0, 1], ...]
+CASES["setitem_mask_value_shape"] = lambda d: put_item(
+    torch.arange(4, device=d), torch.arange(4, device=d) > -1, longs(1, 2, 3, device=d)
+)
+CASES["setitem_mask_value_shape_before_dtype"] = lambda d: put_item(
+    torch.arange(4, device=d), torch.arange(4, device=d) > -1, torch.tensor([], device=d)
+)
+CASES["index_put_value_shape"] = lambda d: ones(3, 4, device=d).index_put_(
+    (longs(0, 1, device=d), longs(1, 2, device=d)), ones(3, device=d)
+)
+
 # An in-place op never resizes `self` to the broadcast shape.
 for _name in ("atan2_", "pow_", "fmod_", "remainder_", "lt_", "eq_", "hypot_", "copysign_"):
     CASES[f"in_place_{_name}broadcast"] = lambda d, n=_name: getattr(ones(1, 3, device=d), n)(
@@ -187,6 +201,16 @@ VALID = {
         ones(0, 3, device=d), INF, dim=1
     ),
     "index_empty_result": lambda d: ones(3, 0, device=d)[longs(1, device=d)],
+    "setitem_separated_indices": lambda d: put_item(
+        torch.zeros(2, 3, 4, device=d),
+        (longs(0, 1, device=d), slice(None), longs(2, 3, device=d)),
+        torch.arange(6.0, device=d).reshape(2, 3),
+    ),
+    "setitem_adjacent_indices": lambda d: put_item(
+        torch.zeros(2, 3, 4, device=d),
+        (slice(None), longs(0, 2, device=d), longs(1, 3, device=d)),
+        torch.arange(2.0, device=d).reshape(2, 1),
+    ),
     "index_select_empty_index": lambda d: ones(0, 3, device=d).index_select(0, longs(device=d)),
     "put_nothing_into_empty": lambda d: ones(0, device=d).put(longs(device=d), ones(0, device=d)),
     "slice_scatter": lambda d: ones(4, 4, device=d).slice_scatter(ones(2, 4, device=d), 0, 0, 2),

@@ -1,12 +1,16 @@
 #include "aten/argument_checks.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/native/DistributionTemplates.h>
 #include <ATen/native/GridSamplerUtils.h>
 #include <ATen/native/ReduceOpsUtils.h>
 #include <ATen/native/TypeProperties.h>
 #include <c10/util/StringUtil.h>
 
+#include <algorithm>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -313,13 +317,63 @@ void embedding(Args a) {
   if (weight.dim() == 2 && is_index_type(indices)) select_rows_of_empty(weight, 0, indices);
 }
 
-// index, index_put, _index_put_impl_ and their _unsafe forms(self, Tensor?[]
+// The shape advanced indexing gives, as PyTorch's make_info finds it: the
+// index tensors (long, int, or masks, which the rewrite has made indices but
+// for the one mask of a masked fill) broadcast together; their shape replaces
+// the indexed dimensions where those are adjacent, else comes first. None
+// while a mask's count is unknown.
+std::optional<std::vector<int64_t>> indexing_result_shape(
+    const at::Tensor& self, const c10::List<std::optional<at::Tensor>>& indices) {
+  std::vector<at::Tensor> defined;
+  std::vector<int64_t> indexed_dims;
+  bool mask = false;
+  for (size_t d = 0; d < indices.size(); ++d) {
+    std::optional<at::Tensor> index = indices[d];
+    if (!index || !index->defined()) continue;
+    const at::ScalarType t = index->scalar_type();
+    TORCH_CHECK_INDEX(t == at::kLong || t == at::kInt || t == at::kByte || t == at::kBool,
+                      "tensors used as indices must be long, int, byte or bool tensors");
+    mask |= t == at::kByte || t == at::kBool;
+    defined.push_back(*index);
+    indexed_dims.push_back(static_cast<int64_t>(d));
+  }
+  if (mask || defined.empty()) return std::nullopt;
+  std::vector<int64_t> broadcast;
+  try {
+    for (const at::Tensor& index : defined) {
+      broadcast = at::infer_size(broadcast, index.sizes());
+    }
+  } catch (const c10::Error&) {
+    std::vector<std::string> shapes;
+    for (const at::Tensor& index : defined) shapes.push_back(c10::str(index.sizes()));
+    TORCH_CHECK_INDEX(false,
+                      "shape mismatch: indexing tensors could not be broadcast together "
+                      "with shapes ",
+                      c10::Join(", ", shapes));
+  }
+  const bool adjacent =
+      indexed_dims.back() - indexed_dims.front() + 1 == static_cast<int64_t>(indexed_dims.size());
+  std::vector<int64_t> shape;
+  if (!adjacent) shape = broadcast;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (adjacent && d == indexed_dims.front())
+      shape.insert(shape.end(), broadcast.begin(), broadcast.end());
+    if (std::find(indexed_dims.begin(), indexed_dims.end(), d) == indexed_dims.end()) {
+      shape.push_back(self.size(d));
+    }
+  }
+  return shape;
+}
+
+// index, index_put, _index_put_impl_ and their _unsafe forms (self, Tensor?[]
 // indices, ...), with masks already made indices (but the one mask of a
-// masked fill, whose count is data): an index into a zero-size dimension can
-// only be out of range, which the CPU says before reading it.
+// masked fill, whose count is data): the index types and shapes, then an index
+// into a zero-size dimension, which can only be out of range and the CPU says
+// before reading it.
 void advanced_index(Args a) {
   const at::Tensor& self = a[0].toTensor();
   c10::List<std::optional<at::Tensor>> indices = a[1].toOptionalTensorList();
+  indexing_result_shape(self, indices);
   bool into_empty = false;
   for (size_t d = 0; d < indices.size(); ++d) {
     std::optional<at::Tensor> index = indices[d];
@@ -365,16 +419,22 @@ void concatenated_into(Args a) {
                    "torch.cat(): input types can't be cast to the desired output type ", out);
 }
 
-// index_put(self, indices, values, accumulate): the types, then the indices.
-// The CPU writes one value through one mask with masked_fill_, which takes
-// boolean masks only.
+// index_put(self, indices, values, accumulate), in make_index_put_iterator's
+// order: the indices, the values' shape, then the types. The CPU writes one
+// value through one mask with masked_fill_, which takes boolean masks only.
 void index_put(Args a) {
+  const at::Tensor &self = a[0].toTensor(), &values = a[2].toTensor();
+  c10::List<std::optional<at::Tensor>> indices = a[1].toOptionalTensorList();
+  if (std::optional<std::vector<int64_t>> shape = indexing_result_shape(self, indices)) {
+    TORCH_CHECK(at::is_expandable_to(values.sizes(), *shape),
+                "shape mismatch: value tensor of shape ", values.sizes(),
+                " cannot be broadcast to indexing result of shape ", c10::IntArrayRef(*shape));
+  }
   TORCH_CHECK(dtype(a[0]) == dtype(a[2]),
               "Index put requires the source and destination dtypes match, got ", dtype(a[0]),
               " for the destination and ", dtype(a[2]), " for the source.");
-  c10::List<std::optional<at::Tensor>> indices = a[1].toOptionalTensorList();
   const bool accumulate = a.size() > 3 && a[3].toBool();
-  if (!accumulate && indices.size() == 1 && a[2].toTensor().numel() == 1) {
+  if (!accumulate && indices.size() == 1 && values.numel() == 1) {
     std::optional<at::Tensor> index = indices[0];
     if (index && index->defined() && index->scalar_type() == at::kByte) {
       boolean_mask("masked_fill_", *index);

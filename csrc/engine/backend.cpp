@@ -174,18 +174,20 @@ void Backend::check_device(int device) const {
 }
 
 // TORCH_TPU_DUMP_DIR=<dir> writes every compiled program there, numbered in
-// compile order, to read what an op lowered to.
-void dump_program(const std::string& mlir) {
+// compile order, headed by the name of what it runs, to read what an op lowered to.
+void dump_program(const std::string& mlir, const std::string& name) {
   static const char* dir = std::getenv("TORCH_TPU_DUMP_DIR");
   if (!dir || !*dir) return;
   static std::atomic<int64_t> count{0};
-  std::ofstream(std::string(dir) + "/program_" + std::to_string(count++) + ".mlir") << mlir;
+  std::ofstream(std::string(dir) + "/program_" + std::to_string(count++) + ".mlir")
+      << "// " << name << "\n"
+      << mlir;
 }
 
 std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, bool fast,
                                                       const std::string& name) {
   TraceSpan span("tpu::compile", name);
-  dump_program(mlir);
+  dump_program(mlir, name);
   const std::string& options = fast ? fast_options_ : full_options_;
   auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {

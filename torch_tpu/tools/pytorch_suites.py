@@ -51,6 +51,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--report", type=Path, default=None, help="write the markdown report here")
     parser.add_argument(
+        "--outcomes", type=Path, default=None, help="write every test's outcome here (JSON lines)"
+    )
+    parser.add_argument(
         "--precision",
         default="HIGHEST",
         help="TORCH_TPU_PRECISION for the run: the files compare with float32 tolerances",
@@ -228,6 +231,11 @@ def main(argv=None) -> int:
             )
             runs.append(run)
     text = report(runs, args)
+    if args.outcomes:
+        with args.outcomes.open("w") as f:
+            for run in runs:
+                for o in run["outcomes"]:
+                    f.write(json.dumps({"file": run["file"], **o}) + "\n")
     if args.report:
         args.report.write_text(text)
     else:
