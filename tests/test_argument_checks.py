@@ -180,13 +180,105 @@ CASES["index_put_value_shape"] = lambda d: ones(3, 4, device=d).index_put_(
     (longs(0, 1, device=d), longs(1, 2, device=d)), ones(3, device=d)
 )
 
+# out= and in-place dtypes, in the CPU's words (TensorIterator's, not the Python
+# references').
+F16, F32, F64 = torch.float16, torch.float32, torch.float64
+CASES["neg_out_dtype"] = lambda d: torch.neg(ones(2, device=d), out=ones(2, dtype=F64, device=d))
+CASES["round_out_dtype"] = lambda d: torch.round(ones(2, device=d), out=ones(2, dtype=L, device=d))
+CASES["nan_to_num_out_dtype"] = lambda d: torch.nan_to_num(
+    ones(2, device=d), out=ones(2, dtype=F64, device=d)
+)
+CASES["heaviside_dtypes"] = lambda d: torch.heaviside(
+    ones(2, device=d), ones(2, dtype=F64, device=d)
+)
+CASES["add_out_unsafe_cast"] = lambda d: torch.add(
+    ones(2, device=d), ones(2, device=d), out=ones(2, dtype=L, device=d)
+)
+CASES["add_int_self_float_scalar"] = lambda d: ones(2, dtype=L, device=d).add_(1.5)
+CASES["sub_bool_self"] = lambda d: ones(2, dtype=torch.bool, device=d).sub_(ones(2, device=d))
+CASES["addcdiv_integers"] = lambda d: torch.addcdiv(*(longs(1, device=d),) * 3)
+CASES["complex_integer_parts"] = lambda d: torch.complex(longs(1, device=d), longs(1, device=d))
+CASES["complex_mixed_parts"] = lambda d: torch.complex(
+    ones(1, device=d), ones(1, dtype=F64, device=d)
+)
+CASES["polar_out_dtype"] = lambda d: torch.polar(
+    ones(1, device=d), ones(1, device=d), out=ones(1, device=d)
+)
+CASES["normal_negative_std_tensor"] = lambda d: torch.normal(
+    torch.tensor(0.0, device=d), torch.tensor(-1.0, device=d)
+)
+CASES["randperm_half_too_large"] = lambda d: torch.randperm(2051, dtype=F16, device=d)
+CASES["randperm_uint8_too_large"] = lambda d: torch.randperm(
+    257, out=torch.empty(0, dtype=torch.uint8, device=d)
+)
+CASES["roll_unaligned"] = lambda d: ones(2, 4, device=d).roll(shifts=(1,), dims=(1, 2))
+CASES["roll_without_shifts"] = lambda d: ones(2, 4, device=d).roll(shifts=(), dims=1)
+CASES["arange_nan_end"] = lambda d: torch.arange(-5, float("nan"), device=d)
+CASES["arange_overflow"] = lambda d: torch.arange(1.175494351e-38, 3.402823466e38, device=d)
+CASES["arange_step_sign"] = lambda d: torch.arange(0, 5, -1, device=d)
+
 # An in-place op never resizes `self` to the broadcast shape.
 for _name in ("atan2_", "pow_", "fmod_", "remainder_", "lt_", "eq_", "hypot_", "copysign_"):
     CASES[f"in_place_{_name}broadcast"] = lambda d, n=_name: getattr(ones(1, 3, device=d), n)(
         torch.full((2, 3), 2.0, device=d)
     )
 
+
+def narrow_out(factory):
+    def run(d):
+        x = torch.zeros(2, 3, device=d)
+        factory(out=x.narrow(1, 1, 2))
+        return x
+
+    return run
+
+
+NAN = float("nan")
+FLOATS_TO_CONVERT = [
+    torch.finfo(F32).min,
+    -300.0,
+    -2.0,
+    -1.5,
+    0.5,
+    300.0,
+    3e9,
+    torch.finfo(F32).max,
+]
+
 VALID = {
+    # out='s dtype does not change the computation: float16 overflows to inf first.
+    "add_float16_into_float64_out": lambda d: torch.add(
+        torch.tensor(33000.0, dtype=F16, device=d),
+        torch.tensor(33000.0, dtype=F16, device=d),
+        out=torch.empty(0, dtype=F64, device=d),
+    ),
+    # Factories fill an out of their element count in its own shape.
+    "arange_into_narrowed_out": narrow_out(lambda out: torch.arange(0, 4, out=out)),
+    "linspace_into_narrowed_out": narrow_out(lambda out: torch.linspace(0, 3, 4, out=out)),
+    "logspace_into_narrowed_out": narrow_out(lambda out: torch.logspace(0, 3, 4, out=out)),
+    "integer_linspace_truncates": lambda d: torch.linspace(10, -10, 7, dtype=torch.int32, device=d),
+    "integer_linspace_exact_step": lambda d: torch.linspace(
+        1, 127, 50, dtype=torch.int32, device=d
+    ),
+    # NaN wins a max or min (the results' NaNs become 7 for the comparison).
+    "scatter_reduce_amax_nan": lambda d: (
+        torch.zeros(3, device=d)
+        .scatter_reduce(
+            0, longs(0, 0, 1, 1, device=d), torch.tensor([1, NAN, -INF, 2], device=d), "amax"
+        )
+        .nan_to_num(7.0)
+    ),
+    "scatter_reduce_amin_nan": lambda d: (
+        torch.zeros(2, device=d)
+        .scatter_reduce(
+            0,
+            longs(0, 0, 1, 1, device=d),
+            torch.tensor([NAN, 1, 3, -2], device=d),
+            "amin",
+            include_self=False,
+        )
+        .nan_to_num(7.0)
+    ),
     "pow_positive": lambda d: torch.tensor([2, 3], device=d) ** 2,
     "pow_float_negative": lambda d: torch.tensor([2.0, 4.0], device=d) ** -1,
     "full_unsigned_wraps": lambda d: torch.full((2,), -1, dtype=torch.uint8, device=d),
@@ -229,6 +321,14 @@ def test_invalid_arguments_raise_like_the_cpu(case):
     with pytest.raises(type(cpu.value)) as tpu:
         CASES[case]("tpu")
     assert str(tpu.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+
+
+# Floats out of an integer type's range convert as on the CPU (through a 32- or 64-bit
+# integer, whose lowest value NaN and overflow give; narrower types keep its low bits).
+for _dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
+    VALID[f"float_to_{_dtype}"] = lambda d, t=_dtype: torch.tensor(
+        FLOATS_TO_CONVERT + [NAN, INF], device=d
+    ).to(t)
 
 
 @pytest.mark.parametrize("case", sorted(VALID))

@@ -9,6 +9,8 @@
 #include <c10/util/StringUtil.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -133,6 +135,43 @@ void in_place_casts(Args a) {
   at::ScalarType result = at::native::result_type(state);
   TORCH_CHECK(c10::canCast(result, dtype(a[0])), "result type ", result,
               " can't be cast to the desired output type ", dtype(a[0]));
+}
+
+// add_/sub_(self, other, alpha): TensorIterator's cast into self, then alpha.
+void in_place_alpha(Args a) {
+  in_place_casts<2>(a);
+  alpha(a);
+}
+
+// sub_(self, other, alpha): the CPU refuses bools before anything else.
+void in_place_sub(Args a) {
+  const bool self_bool = dtype(a[0]) == at::kBool;
+  const bool other_bool = a[1].isTensor() ? dtype(a[1]) == at::kBool : a[1].toScalar().isBoolean();
+  TORCH_CHECK(!(self_bool && other_bool),
+              "Subtraction, the `-` operator, with two bool tensors is not supported. Use the `^` "
+              "or `logical_xor()` operator instead.");
+  TORCH_CHECK(!self_bool && !other_bool,
+              "Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+              "trying to invert a mask, use the `~` or `logical_not()` operator instead.");
+  in_place_alpha(a);
+}
+
+// addcdiv(self, tensor1, tensor2, value): no integer division, in the CPU's words.
+void addcdiv(Args a) {
+  TORCH_CHECK(!(at::isIntegralType(dtype(a[1]), true) && at::isIntegralType(dtype(a[2]), true)),
+              "Integer division with addcdiv is no longer supported, and in a future  ",
+              "release addcdiv will perform a true division of tensor1 and tensor2. ",
+              "The historic addcdiv behavior can be implemented as ",
+              "(input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) ",
+              "for integer inputs and as ",
+              "(input + value * tensor1 / tensor2) for float inputs. ",
+              "The future addcdiv behavior is just the latter implementation: ",
+              "(input + value * tensor1 / tensor2), for all dtypes.");
+}
+
+void addcdiv_in_place(Args a) {
+  addcdiv(a);
+  in_place_casts<3>(a);
 }
 
 // sort(self, ..., values, indices): the out tensors' types.
@@ -301,6 +340,109 @@ void select_rows_of_empty(const at::Tensor& self, int64_t dim, const at::Tensor&
 
 bool is_index_type(const at::Tensor& index) {
   return index.scalar_type() == at::kLong || index.scalar_type() == at::kInt;
+}
+
+// neg, round, bitwise_not, conj_physical(self, ..., *, out): the CPU builds
+// these without type promotion, so out must have self's dtype.
+void out_of_self_dtype(Args a) {
+  at::ScalarType self = dtype(a[0]), out = dtype(a.back());
+  TORCH_CHECK(out == self, "Found dtype ", out, " but expected ", self);
+}
+
+void nan_to_num_out(Args a) {
+  at::ScalarType self = dtype(a[0]), out = dtype(a.back());
+  TORCH_CHECK(out == self, "nan_to_num: dtype of out: ", out, " should be same as input: ", self);
+}
+
+// heaviside(self, values[, out]): one dtype throughout.
+void heaviside(Args a) {
+  const bool same = dtype(a[0]) == dtype(a[1]) && (a.size() < 3 || dtype(a[2]) == dtype(a[0]));
+  TORCH_CHECK(same, "heaviside is not yet implemented for tensors with different dtypes.");
+}
+
+// arange.start_out(start, end, step, *, out): the CPU's checks of the range,
+// and its warning before it resizes an out of another element count.
+void arange_out(Args a) {
+  const at::Tensor& out = a[3].toTensor();
+  const double start = a[0].toScalar().toDouble(), end = a[1].toScalar().toDouble(),
+               step = a[2].toScalar().toDouble();
+  TORCH_CHECK(step > 0 || step < 0, "step must be nonzero");
+  TORCH_CHECK(std::isfinite(start) && std::isfinite(end), "unsupported range: ", a[0].toScalar(),
+              " -> ", a[1].toScalar());
+  TORCH_CHECK((step > 0 && end >= start) || (step < 0 && end <= start),
+              "upper bound and lower bound inconsistent with step sign");
+  const double size_d = std::ceil((end - start) / step);
+  TORCH_CHECK(size_d >= 0 && size_d <= static_cast<double>(std::numeric_limits<int64_t>::max()),
+              "invalid size, possible overflow?");
+  if (out.numel() == 0) return;
+  const auto size = static_cast<int64_t>(size_d);
+  if (size == out.numel() || size < 0) return;
+  TORCH_WARN("The number of elements in the out tensor of shape ", out.sizes(), " is ", out.numel(),
+             " which does not match the computed number of elements ", size,
+             ". Note that this may occur as a result of rounding error. The out tensor will be "
+             "resized to a tensor of shape (",
+             size, ",).");
+}
+
+// complex/polar(real|abs, imag|angle[, out]): two floating parts of one dtype,
+// and an out of its complex type.
+void complex_parts(Args a) {
+  at::ScalarType first = dtype(a[0]), second = dtype(a[1]);
+  auto floating = [](at::ScalarType t) {
+    return t == at::kHalf || t == at::kFloat || t == at::kDouble;
+  };
+  TORCH_CHECK(floating(first) && floating(second),
+              "Expected both inputs to be Half, Float or Double tensors but got ", first, " and ",
+              second);
+  TORCH_CHECK(first == second, "Expected object of scalar type ", first, " but got scalar type ",
+              second, " for second argument");
+  if (a.size() < 3) return;
+  at::ScalarType out = dtype(a[2]), expected = c10::toComplexType(first);
+  TORCH_CHECK(out == expected, "Expected object of scalar type ", expected, " but got scalar type ",
+              out, " for argument 'out'");
+}
+
+// normal(mean, std: Tensor, ...): the CPU and CUDA read std to check it (CUDA
+// synchronizes for it too).
+template <int std_arg>
+void normal_std_tensor(Args a) {
+  const at::Tensor& std = a[std_arg].toTensor();
+  TORCH_CHECK(std.numel() == 0 || at::min(std).ge(0).item<bool>(),
+              "normal expects all elements of std >= 0.0");
+}
+
+// randperm(n, *, generator, out): n must be exact in out's floating type.
+void randperm_out(Args a) {
+  const int64_t n = a[0].toInt();
+  const at::ScalarType type = dtype(a.back());
+  if (at::isIntegralType(type, /*includeBool=*/false)) {
+    // The CPU makes a scalar of n - 1 in the result type.
+    const auto [largest, name] = type == at::kByte    ? std::pair{255.0, "uint8_t"}
+                                 : type == at::kChar  ? std::pair{127.0, "int8_t"}
+                                 : type == at::kShort ? std::pair{32767.0, "int16_t"}
+                                 : type == at::kInt   ? std::pair{2147483647.0, "int32_t"}
+                                                      : std::pair{9.2233720368547758e18, "int64_t"};
+    TORCH_CHECK(static_cast<double>(n - 1) <= largest, "value cannot be converted to type ", name,
+                " without overflow");
+    return;
+  }
+  int digits = 0;
+  if (type == at::kHalf) digits = 11;
+  if (type == at::kBFloat16) digits = 8;
+  if (type == at::kFloat) digits = 24;
+  if (type == at::kDouble) digits = 53;
+  if (digits == 0) return;
+  const int64_t most = (int64_t(1) << digits) + 1;
+  TORCH_CHECK(n <= most, "n cannot be greater than ", most, " for ", type, " type.");
+}
+
+// roll(self, shifts, dims): shifts, and as many dims, before any dim's range.
+void roll(Args a) {
+  const std::vector<int64_t> shifts = a[1].toIntVector(), dims = a[2].toIntVector();
+  TORCH_CHECK(!shifts.empty(), "`shifts` required");
+  if (dims.empty() && shifts.size() == 1) return;  // rolls the flattened tensor
+  TORCH_CHECK(shifts.size() == dims.size(),
+              "shifts and dimensions must align. shifts: ", shifts.size(), ", dims:", dims.size());
 }
 
 // index_select(self, dim, index), after the checks of the meta kernel's
@@ -579,10 +721,15 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::stack", concatenated_into},
       {"aten::leaky_relu_backward", leaky_relu_backward},
       {"aten::elu_backward", elu_backward},
+      {"aten::add_.Tensor", in_place_alpha},
+      {"aten::add_.Scalar", in_place_alpha},
+      {"aten::sub_.Tensor", in_place_sub},
+      {"aten::sub_.Scalar", in_place_sub},
       {"aten::mul_.Tensor", in_place_casts<2>},
       {"aten::mul_.Scalar", in_place_casts<2>},
       {"aten::addcmul_", in_place_casts<3>},
-      {"aten::addcdiv_", in_place_casts<3>},
+      {"aten::addcdiv", addcdiv},
+      {"aten::addcdiv_", addcdiv_in_place},
       {"aten::sort.values", sort_out},
       {"aten::sort.values_stable", sort_out},
       {"aten::index_add", index_add},
@@ -625,6 +772,20 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::norm.dtype", vector_norm_dim},  // norm.dtype_out, of ScalarOpt_dim_dtype
       {"aten::norm.Scalar", vector_norm_all},
       {"aten::norm.ScalarOpt_dtype", vector_norm_all},
+      {"aten::arange.start_out", arange_out},
+      {"aten::roll", roll},
+      {"aten::complex", complex_parts},
+      {"aten::polar", complex_parts},
+      {"aten::normal.float_Tensor", normal_std_tensor<1>},
+      {"aten::normal.Tensor_Tensor", normal_std_tensor<1>},
+      {"aten::randperm.generator_out", randperm_out},
+      {"aten::neg.out", out_of_self_dtype},
+      {"aten::round.out", out_of_self_dtype},
+      {"aten::round.decimals_out", out_of_self_dtype},
+      {"aten::bitwise_not.out", out_of_self_dtype},
+      {"aten::conj_physical.out", out_of_self_dtype},
+      {"aten::nan_to_num.out", nan_to_num_out},
+      {"aten::heaviside", heaviside},
       {"aten::index_select", index_select},
       {"aten::embedding", embedding},
       {"aten::index.Tensor", advanced_index},

@@ -41,9 +41,15 @@ struct Binding {
   std::vector<size_t> mutated;    // schema arguments written, in order
   std::vector<int> return_alias;  // per return: index into `mutated`, or -1
   int generator_arg = -1;
+  // arange/range/linspace/logspace(..., out): an out with as many elements as
+  // the result keeps its shape, as on the CPU.
+  bool out_keeps_shape = false;
   bool has_tensor_inputs = false;  // else a factory: scalars may shape the result
   ArgumentRewrite rewrite = nullptr;
   ArgumentCheck argument_check = nullptr;
+  // An out= variant's functional form (add for add.out).
+  const struct Binding* functional = nullptr;
+  std::optional<c10::OperatorHandle> functional_op;
   // Meta results by argument signature: the meta kernel runs once per signature.
   mutable std::mutex meta_mutex;
   mutable std::unordered_map<std::string, MetaResult> meta_cache;
@@ -78,6 +84,8 @@ void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Ru
   b.rule_args = rule_args;
   b.rewrite = find_argument_rewrite(b.name);
   b.argument_check = find_argument_check(b.name);
+  b.out_keeps_shape = b.name == "aten::arange.start_out" || b.name == "aten::range.out" ||
+                      b.name == "aten::linspace.out" || b.name == "aten::logspace.out";
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (is_write(args[i]) || written_without_annotation(b.name, i)) b.mutated.push_back(i);
@@ -584,6 +592,43 @@ void type_tensor_lists(torch::jit::Stack& stack, const c10::FunctionSchema& sche
   }
 }
 
+// An out= call whose out tensors differ in dtype from its functional form's
+// results computes that form and casts it into out, as TensorIterator's out=
+// kernels do: out's dtype never changes the computation (two float16 33000s
+// add to inf in a float64 out too). False when the dtypes agree, the common
+// case, which the rule writes into out directly.
+bool computed_apart_from_out(const Binding& binding, torch::jit::Stack* stack,
+                             c10::ArrayRef<c10::IValue> args) {
+  if (!binding.functional) return false;
+  const size_t n = binding.rule_args.size();
+  std::optional<MetaResult> meta =
+      meta_results(*binding.functional, *binding.functional_op, args.slice(0, n));
+  if (!meta || meta->returns.size() != binding.mutated.size()) return false;
+  for (int alias : binding.return_alias) {
+    if (alias < 0) return false;
+  }
+  bool differs = false;
+  for (size_t m = 0; m < binding.mutated.size(); ++m) {
+    const c10::IValue& out = args[binding.mutated[m]];
+    if (!out.isTensor() || meta->is_list[m] || !meta->returns[m].at(0)) return false;
+    differs |= out.toTensor().scalar_type() != meta->returns[m][0]->dtype;
+  }
+  if (!differs) return false;
+  torch::jit::Stack functional(args.begin(), args.begin() + n);
+  binding.functional_op->callBoxed(functional);
+  std::vector<c10::IValue> outs;
+  for (size_t m = 0; m < binding.mutated.size(); ++m) {
+    at::Tensor out = args[binding.mutated[m]].toTensor();
+    const at::Tensor& result = functional.at(m).toTensor();
+    out.resize_(result.sizes());
+    out.copy_(result);
+    outs.emplace_back(out);
+  }
+  torch::jit::drop(*stack, args.size());
+  for (int alias : binding.return_alias) stack->push_back(outs.at(alias));
+  return true;
+}
+
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const Binding& binding = bindings().at(full_name(op.operator_name()));
   const auto& schema = op.schema();
@@ -627,6 +672,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     cpu_fallback(op, stack);
     return;
   }
+  if (computed_apart_from_out(binding, stack, args)) return;
 
   // out= tensors take the sizes the meta kernel gave them, as PyTorch's out=
   // kernels resize them. An in-place op never resizes `self` (PyTorch's
@@ -637,6 +683,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for_each_tensor(args[binding.mutated[m]], [&](const at::Tensor& t) {
       const auto& sizes = meta->mutated_sizes[m].at(k++);
       if (t.sizes() == c10::IntArrayRef(sizes)) return;
+      if (binding.out_keeps_shape && t.numel() == c10::multiply_integers(sizes)) return;
       TORCH_CHECK(!in_place, "output with shape ", t.sizes(), " doesn't match the broadcast shape ",
                   c10::IntArrayRef(sizes));
       t.resize_(sizes);
@@ -797,7 +844,15 @@ std::vector<std::string> register_lowered_ops() {
         if (!(a.kwarg_only() && is_write(a))) non_out.push_back(a);
       }
       bool is_out = non_out.size() < handle->schema().arguments().size();
-      if (is_out && same_arguments(non_out, fargs)) bind(candidate, rule, fargs);
+      if (is_out && same_arguments(non_out, fargs)) {
+        bind(candidate, rule, fargs);
+        auto bound = bindings().find(full_name(candidate));
+        auto functional_binding = bindings().find(full_name(name));
+        if (bound != bindings().end() && functional_binding != bindings().end()) {
+          bound->second.functional = &functional_binding->second;
+          bound->second.functional_op = *functional;
+        }
+      }
     }
   }
   return skipped;

@@ -1,32 +1,94 @@
 #include "aten/meta_errors.h"
 
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
+
+#include <optional>
+#include <regex>
+#include <string>
 
 namespace torch_tpu::aten {
 
+namespace {
+
+namespace py = pybind11;
+
+// A message given as a tuple of strings (addcdiv's meta kernel returns one to
+// torch._check, which prints it) is their concatenation, as the CPU's
+// TORCH_CHECK joins its arguments.
+std::string message_of(py::handle value) {
+  std::string message = py::str(value).cast<std::string>();
+  if (message.rfind("('", 0) != 0) return message;
+  try {
+    py::object parts = py::module_::import("ast").attr("literal_eval")(message);
+    if (!py::isinstance<py::tuple>(parts)) return message;
+    std::string joined;
+    for (py::handle part : parts) joined += py::str(part).cast<std::string>();
+    return joined;
+  } catch (const py::error_already_set&) {
+    return message;
+  }
+}
+
+// "float32" (of torch.float32) -> Float, the name the CPU's messages use.
+std::string scalar_type_name(const std::string& python_name) {
+  py::object dtype = py::module_::import("torch").attr(python_name.c_str());
+  if (!THPDtype_Check(dtype.ptr())) return python_name;
+  return c10::toString(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+}
+
+// The CPU's wording of an out= cast that is not allowed (TensorIterator's).
+std::string cpu_wording(const std::string& message) {
+  static const std::regex unsafe_cast(
+      "Attempting to cast from torch\\.(\\w+) to out tensor with dtype torch\\.(\\w+), but this "
+      "can't be cast because it is not safe!");
+  std::smatch m;
+  if (std::regex_search(message, m, unsafe_cast)) {
+    return "result type " + scalar_type_name(m[1]) + " can't be cast to the desired output type " +
+           scalar_type_name(m[2]);
+  }
+  return message;
+}
+
+// The CPU's form of a meta kernel's Python error: AssertionError (linalg's
+// squareCheckInputs) becomes RuntimeError, as the CPU's TORCH_CHECK raises it;
+// a RuntimeError keeps its type, in the CPU's words. Nullopt: raise the error
+// as it is.
+std::optional<std::string> cpu_form(py::handle type, py::handle value) {
+  if (!type || !value) return std::nullopt;
+  const bool assertion = PyErr_GivenExceptionMatches(type.ptr(), PyExc_AssertionError);
+  const bool runtime = PyErr_GivenExceptionMatches(type.ptr(), PyExc_RuntimeError) &&
+                       !PyErr_GivenExceptionMatches(type.ptr(), PyExc_NotImplementedError);
+  if (!assertion && !runtime) return std::nullopt;
+  std::string cpu = cpu_wording(message_of(value));
+  if (runtime && cpu == py::str(value).cast<std::string>()) return std::nullopt;
+  return cpu;
+}
+
+}  // namespace
+
 void rethrow_meta_error(std::exception_ptr error) {
+  std::optional<std::string> message;
   try {
     std::rethrow_exception(error);
   } catch (python_error& e) {
-    std::string message;
     {
-      pybind11::gil_scoped_acquire gil;
+      py::gil_scoped_acquire gil;
       e.persist();  // takes the Python error indicator into `e`
-      if (!e.type || !PyErr_GivenExceptionMatches(e.type, PyExc_AssertionError)) throw;
-      message = e.what();
+      message = cpu_form(e.type, e.value);
     }
-    TORCH_CHECK(false, message);
-  } catch (pybind11::error_already_set& e) {
-    std::string message;
+    if (!message) throw;
+  } catch (py::error_already_set& e) {
     {
-      pybind11::gil_scoped_acquire gil;
-      if (!e.matches(PyExc_AssertionError)) throw;
-      message = pybind11::str(e.value());
+      py::gil_scoped_acquire gil;
+      message = cpu_form(e.type(), e.value());
     }
-    TORCH_CHECK(false, message);
+    if (!message) throw;
   }
+  TORCH_CHECK(false, *message);
 }
 
 }  // namespace torch_tpu::aten

@@ -5,10 +5,12 @@
 
 namespace torch_tpu::aten {
 
-// Rethrows `error`, a failure of a meta kernel. Some of PyTorch's Python meta kernels
-// check arguments with `raise AssertionError` (squareCheckInputs of linalg) where the
-// CPU's kernels raise RuntimeError (TORCH_CHECK): those become RuntimeError, with the
-// meta kernel's message.
+// Rethrows `error`, a failure of a meta kernel, as the CPU's kernel raises it. Some of
+// PyTorch's Python meta kernels check arguments with `raise AssertionError`
+// (squareCheckInputs of linalg) where the CPU's kernels raise RuntimeError (TORCH_CHECK):
+// those become RuntimeError, with the meta kernel's message. Messages the Python
+// references word otherwise (an unsafe cast into out=) or give as a tuple of strings
+// take the CPU's words.
 [[noreturn]] void rethrow_meta_error(std::exception_ptr error);
 
 }  // namespace torch_tpu::aten

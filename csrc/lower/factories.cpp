@@ -1,5 +1,7 @@
 // Tensor factories that compute values: arange, linspace, eye. Their out=
-// forms are the real operators (the functional ones are composite).
+// forms are the real operators (the functional ones are composite). An out
+// with as many elements as arange's or linspace's result keeps its shape, as
+// on the CPU: the values fill it in row-major order.
 #include "lower/helpers.h"
 
 namespace torch_tpu::lower {
@@ -18,17 +20,18 @@ std::vector<Value> arange(Context& c, const Args& a) {
   const Shape& out = c.output(0);
   ElementType t = compute_type(c, out.type);
   Builder& b = c.b;
-  Value start = b.broadcast_in_dim(convert(b, a.tensor(0), t), out.dims, {});
-  Value step = b.broadcast_in_dim(convert(b, a.tensor(2), t), out.dims, {});
-  Value i = b.convert(b.iota({ElementType::S64, out.dims}, 0), t);
-  return {b.add(start, b.mul(i, step))};
+  const Dims flat{out.numel()};
+  Value start = b.broadcast_in_dim(convert(b, a.tensor(0), t), flat, {});
+  Value step = b.broadcast_in_dim(convert(b, a.tensor(2), t), flat, {});
+  Value i = b.convert(b.iota({ElementType::S64, flat}, 0), t);
+  return {b.reshape(b.add(start, b.mul(i, step)), out.dims)};
 }
 
 // linspace.out(Scalar start, Scalar end, int steps, *, Tensor(a!) out):
 // the first half counts up from start, the second half down from end (as
 // PyTorch does, so both ends are exact).
 std::vector<Value> linspace(Context& c, const Args& a) {
-  const Shape& out = c.output(0);
+  const Shape out{c.output(0).type, {c.output(0).numel()}};
   int64_t steps = a.integer(2);
   Builder& b = c.b;
   ElementType t =
@@ -36,8 +39,11 @@ std::vector<Value> linspace(Context& c, const Args& a) {
   if (c.platform() == "tpu" && t == ElementType::F64) t = ElementType::F32;
   Value start = convert(b, a.tensor(0), t);
   Value end = convert(b, a.tensor(1), t);
-  if (steps <= 1) return {b.broadcast_in_dim(start, out.dims, {})};
-  Value step = b.div(b.sub(end, start), b.constant(static_cast<double>(steps - 1), t));
+  if (steps <= 1) return {b.broadcast_in_dim(start, c.output(0).dims, {})};
+  // Behind a barrier XLA cannot turn the division into a product with the
+  // reciprocal, which rounds otherwise than PyTorch's step.
+  Value intervals = b.optimization_barrier({b.constant(static_cast<double>(steps - 1), t)})[0];
+  Value step = b.div(b.sub(end, start), intervals);
   Value i = b.convert(b.iota({ElementType::S64, out.dims}, 0), t);
   Value up = b.add(b.broadcast_in_dim(start, out.dims, {}),
                    b.mul(i, b.broadcast_in_dim(step, out.dims, {})));
@@ -47,8 +53,7 @@ std::vector<Value> linspace(Context& c, const Args& a) {
   Value first_half =
       b.compare(i, b.full({t, out.dims}, static_cast<double>(steps / 2)), hlo::Comparison::LT);
   Value v = b.select(first_half, up, down);
-  if (is_integral(out.type)) v = b.floor(v);  // PyTorch truncates toward -inf here
-  return {v};
+  return {b.reshape(v, c.output(0).dims)};  // integers truncate toward zero, as on the CPU
 }
 
 // eye.out(int n, *, out) / eye.m_out(int n, int m, *, out)

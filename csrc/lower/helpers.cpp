@@ -151,9 +151,33 @@ Dims reduced_shape(const Dims& dims, const Dims& reduced, bool keepdim) {
   return out;
 }
 
+namespace {
+
+// Floating -> integer as PyTorch's CPU kernels convert (a C++ cast, which x86
+// makes through a 32-bit integer, or a 64-bit one for 32-bit unsigned and
+// 64-bit results): a value out of that integer's range or NaN gives its
+// lowest value, and narrower results are its low bits (-2.0 is 254 as uint8,
+// as on CUDA), where XLA's convert would saturate to the result's range.
+Value float_to_integer(Builder& b, const Value& x, ElementType type) {
+  const bool wide =
+      type == ElementType::S64 || type == ElementType::U64 || type == ElementType::U32;
+  const ElementType via = wide ? ElementType::S64 : ElementType::S32;
+  const double limit = wide ? 9223372036854775808.0 : 2147483648.0;
+  Value in_range = b.and_(b.compare(x, b.full(x.shape, -limit), hlo::Comparison::GE),
+                          b.compare(x, b.full(x.shape, limit), hlo::Comparison::LT));
+  Value lowest = b.full({via, x.dims()}, -limit);
+  Value integer = b.select(in_range, b.convert(x, via), lowest);
+  return via == type ? integer : b.convert(integer, type);
+}
+
+}  // namespace
+
 Value convert(Builder& b, const Value& x, ElementType type) {
   if (x.type() == type) return x;
-  if (is_complex(x.type()) && !is_complex(type)) return b.convert(b.real(x), type);
+  if (is_complex(x.type()) && !is_complex(type)) return convert(b, b.real(x), type);
+  if (is_floating(x.type()) && is_integral(type) && type != ElementType::U64) {
+    return float_to_integer(b, x, type);
+  }
   return b.convert(x, type);
 }
 
@@ -247,18 +271,38 @@ Value reduce_sum(Builder& b, const Value& x, const Dims& dims) {
 
 // The reduce combiner of XLA CPU drops NaNs that elementwise maximum would
 // propagate; PyTorch propagates them, so floating combiners check explicitly.
+Value extreme_of(Builder& b, const Value& x, const Value& y, bool max) {
+  Value m = max ? b.max(x, y) : b.min(x, y);
+  if (!is_floating(x.type())) return m;
+  Value x_nan = b.compare(x, x, hlo::Comparison::NE);
+  Value y_nan = b.compare(y, y, hlo::Comparison::NE);
+  return b.select(x_nan, x, b.select(y_nan, y, m));
+}
+
 Value reduce_extreme(Builder& b, const Value& x, const Dims& dims, bool max) {
   if (dims.empty()) return x;
   Value init = max ? lowest_value(b, x.type()) : highest_value(b, x.type());
-  bool floating = is_floating(x.type());
   return b.reduce({x}, {init}, dims,
-                  [max, floating](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
-                    Value m = max ? r.max(a[0], a[1]) : r.min(a[0], a[1]);
-                    if (!floating) return {m};
-                    Value a_nan = r.compare(a[0], a[0], hlo::Comparison::NE);
-                    Value b_nan = r.compare(a[1], a[1], hlo::Comparison::NE);
-                    return {r.select(a_nan, a[0], r.select(b_nan, a[1], m))};
+                  [max](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
+                    return {extreme_of(r, a[0], a[1], max)};
                   })[0];
+}
+
+hlo::RegionFn scatter_combiner(const std::string& reduce) {
+  using Values = std::vector<Value>;
+  if (reduce == "replace") return [](Builder&, const Values& v) -> Values { return {v[1]}; };
+  if (reduce == "sum" || reduce == "add" || reduce == "mean") {
+    return [](Builder& r, const Values& v) -> Values { return {r.add(v[0], v[1])}; };
+  }
+  if (reduce == "prod" || reduce == "multiply") {
+    return [](Builder& r, const Values& v) -> Values { return {r.mul(v[0], v[1])}; };
+  }
+  if (reduce == "amax" || reduce == "amin") {
+    const bool max = reduce == "amax";
+    return
+        [max](Builder& r, const Values& v) -> Values { return {extreme_of(r, v[0], v[1], max)}; };
+  }
+  throw Unsupported("scatter reduce '" + reduce + "'");
 }
 
 Value reduce_max(Builder& b, const Value& x, const Dims& dims) {

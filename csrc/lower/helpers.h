@@ -44,6 +44,12 @@ Value reduce_sum(Builder& b, const Value& x, const Dims& dims);
 Value reduced_count(Builder& b, const Value& x, const Dims& dims, ElementType type);
 Value reduce_max(Builder& b, const Value& x, const Dims& dims);
 Value reduce_min(Builder& b, const Value& x, const Dims& dims);
+// The larger (`max`) or smaller of x and y, NaN where either is, as PyTorch's
+// max/min/amax propagate NaN (XLA's maximum keeps one operand's).
+Value extreme_of(Builder& b, const Value& x, const Value& y, bool max);
+// How a scatter combines an update with the value it lands on: "replace",
+// "sum"/"add"/"mean" (a mean's sum), "prod"/"multiply", "amax", "amin".
+hlo::RegionFn scatter_combiner(const std::string& reduce);
 // An s64 constant of `dims` from row-major `values` (index maps known at
 // lowering time).
 Value index_constant(Builder& b, const Dims& values, const Dims& dims);

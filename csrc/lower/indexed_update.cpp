@@ -27,25 +27,6 @@ Dims iota_dims(int64_t n) {
   return d;
 }
 
-hlo::RegionFn combiner(const std::string& reduce) {
-  if (reduce == "replace") {
-    return [](Builder&, const Values& v) -> Values { return {v[1]}; };
-  }
-  if (reduce == "sum" || reduce == "mean") {
-    return [](Builder& r, const Values& v) -> Values { return {r.add(v[0], v[1])}; };
-  }
-  if (reduce == "prod") {
-    return [](Builder& r, const Values& v) -> Values { return {r.mul(v[0], v[1])}; };
-  }
-  if (reduce == "amax") {
-    return [](Builder& r, const Values& v) -> Values { return {r.max(v[0], v[1])}; };
-  }
-  if (reduce == "amin") {
-    return [](Builder& r, const Values& v) -> Values { return {r.min(v[0], v[1])}; };
-  }
-  throw Unsupported("reduce '" + reduce + "'");
-}
-
 // Value a reduction starts from when include_self=False.
 Value identity(Builder& b, const std::string& reduce, ElementType t) {
   if (reduce == "prod") return b.constant(1.0, t);
@@ -137,7 +118,7 @@ Values index_add(Context& c, const Args& a) {
   }
   Value src = source_for(b, op, a.tensor(3));
   src = b.mul(src, broadcast_to(b, convert(b, a.tensor(4), src.type()), src.dims()));
-  Value y = slice_scatter(b, op.x, op.dim, op.index, src, combiner("sum"));
+  Value y = slice_scatter(b, op.x, op.dim, op.index, src, scatter_combiner("sum"));
   return {b.reshape(y, c.output(0).dims)};
 }
 
@@ -147,8 +128,8 @@ Values index_copy(Context& c, const Args& a) {
   IndexOp op = index_op(b, a);
   if (op.index.shape.numel() == 0) return {a.tensor(0)};
   check_index(c, op, false, DataCheck::Error::Index, std::string("index_copy_(): ") + kOutOfBounds);
-  Value y =
-      slice_scatter(b, op.x, op.dim, op.index, source_for(b, op, a.tensor(3)), combiner("replace"));
+  Value y = slice_scatter(b, op.x, op.dim, op.index, source_for(b, op, a.tensor(3)),
+                          scatter_combiner("replace"));
   return {b.reshape(y, c.output(0).dims)};
 }
 
@@ -160,7 +141,7 @@ Values index_fill(Context& c, const Args& a) {
   check_index(c, op, true, DataCheck::Error::Index, kOutOfBounds);
   Dims dims = slices_shape(op.x, op.dim, op.index.shape.numel());
   Value value = broadcast_to(b, convert(b, a.tensor(3), op.x.type()), dims);
-  Value y = slice_scatter(b, op.x, op.dim, op.index, value, combiner("replace"));
+  Value y = slice_scatter(b, op.x, op.dim, op.index, value, scatter_combiner("replace"));
   return {b.reshape(y, c.output(0).dims)};
 }
 
@@ -179,12 +160,13 @@ Values index_reduce(Context& c, const Args& a) {
   ElementType t = x.type();
   if (!include_self) {
     Value init = b.broadcast_in_dim(identity(b, reduce, t), src.dims(), {});
-    x = slice_scatter(b, x, op.dim, op.index, init, combiner("replace"));
+    x = slice_scatter(b, x, op.dim, op.index, init, scatter_combiner("replace"));
   }
-  Value y = slice_scatter(b, x, op.dim, op.index, src, combiner(reduce));
+  Value y = slice_scatter(b, x, op.dim, op.index, src, scatter_combiner(reduce));
   if (reduce == "mean") {
     Value count = b.full(x.shape, include_self ? 1 : 0);
-    count = slice_scatter(b, count, op.dim, op.index, b.full(src.shape, 1), combiner("sum"));
+    count =
+        slice_scatter(b, count, op.dim, op.index, b.full(src.shape, 1), scatter_combiner("sum"));
     count = b.max(count, b.full(count.shape, 1));
     y = mean_divide(b, y, count);
   }
@@ -234,12 +216,12 @@ Values scatter_reduce(Context& c, const Args& a) {
   Value coords = coordinates(b, index, dim, x.dim(dim));
   if (!include_self) {
     Value init = b.broadcast_in_dim(identity(b, reduce, t), index.dims(), {});
-    x = point_scatter(b, x, coords, init, combiner("replace"));
+    x = point_scatter(b, x, coords, init, scatter_combiner("replace"));
   }
-  Value y = point_scatter(b, x, coords, src, combiner(reduce));
+  Value y = point_scatter(b, x, coords, src, scatter_combiner(reduce));
   if (reduce == "mean") {
     Value count = b.full(x.shape, include_self ? 1 : 0);
-    count = point_scatter(b, count, coords, b.full(src.shape, 1), combiner("sum"));
+    count = point_scatter(b, count, coords, b.full(src.shape, 1), scatter_combiner("sum"));
     count = b.max(count, b.full(count.shape, 1));
     y = mean_divide(b, y, count);
   }
@@ -311,7 +293,7 @@ Values masked_scatter_backward(Context& c, const Args& a) {
                           b.full({ElementType::S64, {n}}, static_cast<double>(total)));
   Value packed =
       b.scatter(b.full({out.type, {total}}, 0), b.reshape(target, {n, 1}), b.reshape(grad, {n}),
-                hlo::ScatterDims{{}, {0}, {0}, 1}, combiner("replace"));
+                hlo::ScatterDims{{}, {0}, {0}, 1}, scatter_combiner("replace"));
   return {b.reshape(packed, out.dims)};
 }
 
@@ -346,7 +328,7 @@ Values put(Context& c, const Args& a) {
   Value idx = b.reshape(wrap_index(b, index, n), {k, 1});
   Value src = b.reshape(convert(b, a.tensor(2), x.type()), {k});
   Value y = b.scatter(b.reshape(x, {n}), idx, src, hlo::ScatterDims{{}, {0}, {0}, 1},
-                      combiner(a.boolean(3) ? "sum" : "replace"));
+                      scatter_combiner(a.boolean(3) ? "sum" : "replace"));
   return {b.reshape(y, x.dims())};
 }
 
@@ -376,8 +358,9 @@ Values unfold_backward(Context& c, const Args& a) {
   Value pos = b.add(b.mul(b.iota(pos_shape, 0), b.full(pos_shape, static_cast<double>(step))),
                     b.iota(pos_shape, 1));
   Value indices = b.reshape(pos, {windows, size, 1});
-  Value y = b.scatter(b.full(out, 0), indices, updates,
-                      hlo::ScatterDims{iota_dims(rank - 1), {dim}, {dim}, 2}, combiner("sum"));
+  Value y =
+      b.scatter(b.full(out, 0), indices, updates,
+                hlo::ScatterDims{iota_dims(rank - 1), {dim}, {dim}, 2}, scatter_combiner("sum"));
   return {y};
 }
 

@@ -62,34 +62,6 @@ Value point_scatter(Builder& b, const Value& operand, const Value& coords, const
                    combine);
 }
 
-hlo::RegionFn replace() {
-  return [](Builder&, const std::vector<Value>& v) -> std::vector<Value> { return {v[1]}; };
-}
-
-hlo::RegionFn combiner(const std::string& reduce) {
-  if (reduce == "add" || reduce == "sum") {
-    return [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
-      return {r.add(v[0], v[1])};
-    };
-  }
-  if (reduce == "multiply" || reduce == "prod") {
-    return [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
-      return {r.mul(v[0], v[1])};
-    };
-  }
-  if (reduce == "amax") {
-    return [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
-      return {r.max(v[0], v[1])};
-    };
-  }
-  if (reduce == "amin") {
-    return [](Builder& r, const std::vector<Value>& v) -> std::vector<Value> {
-      return {r.min(v[0], v[1])};
-    };
-  }
-  throw Unsupported("scatter reduce '" + reduce + "'");
-}
-
 // gather(self, int dim, Tensor index, *, bool sparse_grad=False)
 std::vector<Value> gather(Context& c, const Args& a) {
   Value x = a.tensor(0);
@@ -134,17 +106,17 @@ Value scatter_with(Context& c, const Args& a, const Value& src, const hlo::Regio
 
 // scatter.src(self, dim, index, src) / scatter.value(self, dim, index, value)
 std::vector<Value> scatter(Context& c, const Args& a) {
-  return {scatter_with(c, a, a.tensor(3), replace())};
+  return {scatter_with(c, a, a.tensor(3), scatter_combiner("replace"))};
 }
 
 // scatter.reduce(self, dim, index, src, *, str reduce) / scatter.value_reduce
 std::vector<Value> scatter_reduce_legacy(Context& c, const Args& a) {
-  return {scatter_with(c, a, a.tensor(3), combiner(a.str(4)))};
+  return {scatter_with(c, a, a.tensor(3), scatter_combiner(a.str(4)))};
 }
 
 // scatter_add(self, dim, index, src)
 std::vector<Value> scatter_add(Context& c, const Args& a) {
-  return {scatter_with(c, a, a.tensor(3), combiner("sum"))};
+  return {scatter_with(c, a, a.tensor(3), scatter_combiner("sum"))};
 }
 
 // ---------------------------------------------------------------- advanced

@@ -55,7 +55,8 @@ std::vector<Value> triu_indices(Context& c, const Args& a) {
 // from start for the first half and down from end for the second, in double
 // (complex: in the result type).
 std::vector<Value> logspace(Context& c, const Args& a) {
-  const Shape& out = c.output(0);
+  // An out of the result's element count keeps its shape (factories.cpp).
+  const Shape out{c.output(0).type, {c.output(0).numel()}};
   Builder& b = c.b;
   int64_t steps = a.integer(2);
   // Complex results are computed in their own type.
@@ -63,8 +64,13 @@ std::vector<Value> logspace(Context& c, const Args& a) {
   Value start = convert(b, convert(b, a.tensor(0), out.type), t);
   Value end = convert(b, convert(b, a.tensor(1), out.type), t);
   Value base = b.full({t, out.dims}, a.real(3));
-  if (steps <= 1) return {b.pow(base, b.broadcast_in_dim(start, out.dims, {}))};
-  Value step = b.div(b.sub(end, start), b.constant(static_cast<double>(steps - 1), t));
+  if (steps <= 1) {
+    return {b.reshape(b.pow(base, b.broadcast_in_dim(start, out.dims, {})), c.output(0).dims)};
+  }
+  // Behind a barrier XLA cannot turn the division into a product with the
+  // reciprocal, which rounds otherwise than PyTorch's step.
+  Value intervals = b.optimization_barrier({b.constant(static_cast<double>(steps - 1), t)})[0];
+  Value step = b.div(b.sub(end, start), intervals);
   Shape s{t, out.dims};
   Value i = b.convert(b.iota({ElementType::S64, out.dims}, 0), t);
   Value up = b.add(b.broadcast_in_dim(start, out.dims, {}),
@@ -73,7 +79,7 @@ std::vector<Value> logspace(Context& c, const Args& a) {
   Value down = b.sub(b.broadcast_in_dim(end, out.dims, {}),
                      b.mul(b.broadcast_in_dim(step, out.dims, {}), back));
   Value first_half = b.compare(i, b.full(s, static_cast<double>(steps / 2)), hlo::Comparison::LT);
-  return {b.pow(base, b.select(first_half, up, down))};
+  return {b.reshape(b.pow(base, b.select(first_half, up, down)), c.output(0).dims)};
 }
 
 // range.out(Scalar start, Scalar end, Scalar step=1, *, out): start + i * step
@@ -86,10 +92,11 @@ std::vector<Value> range(Context& c, const Args& a) {
   if (is_floating(out.type)) {
     t = bit_width(out.type) >= 32 ? wide_float(c) : ElementType::F32;
   }
-  Value start = b.broadcast_in_dim(convert(b, a.tensor(0), t), out.dims, {});
-  Value step = b.broadcast_in_dim(convert(b, a.tensor(2), t), out.dims, {});
-  Value i = b.convert(b.iota({ElementType::S64, out.dims}, 0), t);
-  return {b.add(start, b.mul(i, step))};
+  const Dims flat{out.numel()};  // an out of the result's element count keeps its shape
+  Value start = b.broadcast_in_dim(convert(b, a.tensor(0), t), flat, {});
+  Value step = b.broadcast_in_dim(convert(b, a.tensor(2), t), flat, {});
+  Value i = b.convert(b.iota({ElementType::S64, flat}, 0), t);
+  return {b.reshape(b.add(start, b.mul(i, step)), out.dims)};
 }
 
 // ---------------------------------------------------------------- windows

@@ -35,6 +35,22 @@ BY_DESIGN: dict[str, str] = {
     "test_map_": "Tensor.map_/map2_ are CPU-only in PyTorch",
     "test_map2_": "Tensor.map_/map2_ are CPU-only in PyTorch",
     "test_msort": "numpy.msort was removed in NumPy 2 (fails on the CPU too)",
+    # Tests that take complex32 along with the other dtypes.
+    "TestTensorCreationTPU::test_ones_tpu": "it makes complex32 tensors too",
+    "TestTensorCreationTPU::test_zeros_tpu": "it makes complex32 tensors too",
+    "test_cat_all_dtypes_and_devices_tpu": "it concatenates complex32 tensors too",
+    "test_fill_all_dtypes_and_devices_tpu": "it fills complex32 tensors too",
+    "test_tensor_factories_empty_tpu": "it makes complex32 tensors too",
+    "test_torch_complex_tpu_float16": "complex() of float16 parts is complex32",
+    "test_complex_half_tpu": "it makes complex32 tensors",
+    "test_complex_promotion_tpu": "it promotes to complex32 too",
+    "test_complex_assertraises_tpu": "it makes complex32 tensors too",
+    # A complex Python number with a float16 tensor promotes to complex32.
+    "test_result_type_tpu_complex128_float16": "complex scalar + float16 tensor is complex32",
+    "test_result_type_tpu_complex64_float16": "complex scalar + float16 tensor is complex32",
+    "test_result_type_tpu_float16_complex128": "complex scalar + float16 tensor is complex32",
+    "test_result_type_tpu_float16_complex64": "complex scalar + float16 tensor is complex32",
+    "test_tensor_ctor_device_inference_tpu": "it makes sparse tensors too",
     # Tests that take quantized tensors along with the others.
     "TestShapeOpsTPU::test_flip_tpu_float32": "it flips quantized tensors too (its other dtypes run)",
     "TestViewOpsTPU::test_flatten_tpu": "it flattens a quantized tensor too",
