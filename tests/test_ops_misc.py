@@ -244,6 +244,25 @@ def test_lstm_cell_module():
         torch.testing.assert_close(p_tpu.grad.cpu(), p_cpu.grad)
 
 
+def test_lstm_without_bias_and_its_double_backward():
+    # PyTorch's meta kernel of the fused cell reads None biases' devices: zero biases
+    # stand in for them.
+    torch.manual_seed(0)
+    cpu = torch.nn.LSTM(3, 4, bias=False).double()
+    tpu = torch.nn.LSTM(3, 4, bias=False).double()
+    tpu.load_state_dict(cpu.state_dict())
+    tpu = tpu.to("tpu")
+    x = make((2, 1, 3)).double()
+    results = []
+    for module, inp in ((cpu, x.clone().requires_grad_()), (tpu, to_tpu(x).requires_grad_())):
+        out, _ = module(inp)
+        (g,) = torch.autograd.grad(out.sum(), inp, create_graph=True)
+        (gg,) = torch.autograd.grad(g.square().sum(), inp)
+        results.append([out.detach().cpu(), g.detach().cpu(), gg.cpu()])
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want)
+
+
 # ---------------------------------------------------------------- others
 
 

@@ -302,9 +302,22 @@ void byte_target_to_long(std::vector<c10::IValue>& stack, size_t num_args) {
   }
 }
 
+// _thnn_fused_lstm_cell(input_gates, hidden_gates, cx, input_bias?, hidden_bias?):
+// PyTorch's meta kernel reads the biases' devices even when they are None (an
+// LSTM without bias); zero biases compute the same.
+void lstm_cell_zero_biases(std::vector<c10::IValue>& stack, size_t num_args) {
+  const size_t first = stack.size() - num_args;
+  const at::Tensor gates = stack[first].toTensor();
+  for (size_t i : {first + 3, first + 4}) {
+    const bool absent = stack[i].isNone() || !stack[i].toTensor().defined();
+    if (absent) stack[i] = at::zeros({gates.size(1)}, gates.options());
+  }
+}
+
 }  // namespace
 
 ArgumentRewrite find_argument_rewrite(const std::string& op_name) {
+  if (op_name == "aten::_thnn_fused_lstm_cell") return &lstm_cell_zero_biases;
   if (op_name.rfind("aten::nll_loss_forward", 0) == 0 ||
       op_name.rfind("aten::nll_loss2d_forward", 0) == 0) {
     return &byte_target_to_long<1>;

@@ -6,6 +6,8 @@
 // into their mutated arguments.
 #include "aten/lowered_ops.h"
 
+#include <ATen/MemoryOverlap.h>
+
 #include <unordered_map>
 
 #include "aten/argument_checks.h"
@@ -41,6 +43,9 @@ struct Binding {
   std::vector<size_t> mutated;    // schema arguments written, in order
   std::vector<int> return_alias;  // per return: index into `mutated`, or -1
   int generator_arg = -1;
+  // Ops whose written tensors may have elements sharing a location (an
+  // expanded tensor), as on the CPU: each writes one value to all of them.
+  bool writes_overlapping = false;
   // arange/range/linspace/logspace(..., out): an out with as many elements as
   // the result keeps its shape, as on the CPU.
   bool out_keeps_shape = false;
@@ -84,6 +89,12 @@ void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Ru
   b.rule_args = rule_args;
   b.rewrite = find_argument_rewrite(b.name);
   b.argument_check = find_argument_check(b.name);
+  for (const char* op :
+       {"aten::fill_.Scalar", "aten::fill_.Tensor", "aten::zero_", "aten::threshold_",
+        "aten::threshold.grad_input", "aten::masked_fill_.Scalar", "aten::masked_fill_.Tensor",
+        "aten::index_fill_.int_Scalar", "aten::index_fill_.int_Tensor"}) {
+    b.writes_overlapping |= b.name == op;
+  }
   b.out_keeps_shape = b.name == "aten::arange.start_out" || b.name == "aten::range.out" ||
                       b.name == "aten::linspace.out" || b.name == "aten::logspace.out";
   const auto& args = schema.arguments();
@@ -673,6 +684,19 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
   if (computed_apart_from_out(binding, stack, args)) return;
+
+  // A tensor written must not have elements sharing a location, as
+  // TensorIterator checks on the CPU.
+  if (!binding.writes_overlapping) {
+    for (size_t m : binding.mutated) {
+      for_each_tensor(args[m], [](const at::Tensor& t) {
+        TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes,
+                    "unsupported operation: more than one element of the written-to tensor "
+                    "refers to a single memory location. Please clone() the tensor before "
+                    "performing the operation.");
+      });
+    }
+  }
 
   // out= tensors take the sizes the meta kernel gave them, as PyTorch's out=
   // kernels resize them. An in-place op never resizes `self` (PyTorch's

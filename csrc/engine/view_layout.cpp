@@ -156,13 +156,17 @@ Value write_view(Builder& b, const Value& storage, const TensorView& view, const
           [](Builder&, const std::vector<Value>& a) -> std::vector<Value> { return {a[1]}; });
     }
     case ViewLayout::Kind::Dense: {
+      // Elements of an expanded view share a location and hold equal values
+      // (fill_, zero_ and threshold_ write such views; other ops refuse them
+      // before they run): the first of each is written.
+      Value written = value;
       if (layout.broadcasts) {
-        throw std::invalid_argument(
-            "unsupported operation: more than one element of the written-to tensor "
-            "refers to a single memory location");
+        Dims limits(view.sizes.size(), 1);
+        for (int64_t d : layout.order) limits[d] = view.sizes[d];
+        written = b.slice(value, Dims(view.sizes.size(), 0), limits, Dims(view.sizes.size(), 1));
       }
       DenseShape s = dense_shape(view, layout);
-      Value by_index = b.reshape(value, s.by_index);
+      Value by_index = b.reshape(written, s.by_index);
       Value flat = b.reshape(b.transpose(by_index, inverse(s.to_index)), {layout.block_numel});
       if (layout.covers_storage) return flat;
       return b.dynamic_update_slice(storage, flat, {*offset});
