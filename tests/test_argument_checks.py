@@ -216,6 +216,25 @@ CASES["roll_without_shifts"] = lambda d: ones(2, 4, device=d).roll(shifts=(), di
 CASES["arange_nan_end"] = lambda d: torch.arange(-5, float("nan"), device=d)
 CASES["arange_overflow"] = lambda d: torch.arange(1.175494351e-38, 3.402823466e38, device=d)
 CASES["arange_step_sign"] = lambda d: torch.arange(0, 5, -1, device=d)
+CASES["index_fill_complex_value"] = lambda d: ones(2, device=d).index_fill_(
+    0, longs(0, device=d), 1 + 1j
+)
+CASES["logcumsumexp_out_dtype"] = lambda d: torch.logcumsumexp(
+    ones(2, device=d), 0, out=ones(2, dtype=F64, device=d)
+)
+
+# Memory overlap, as TensorIterator and the indexing ops check it (before the types).
+CASES["add_into_expanded"] = lambda d: ones(1, device=d).expand(6).add_(1)
+CASES["add_partly_overlapping_input"] = lambda d: (lambda y: y[1:].add_(y[:-1]))(ones(6, device=d))
+CASES["index_add_self_as_source"] = lambda d: (
+    lambda y: y.index_add_(0, longs(2, 1, 0, device=d), y[:3])
+)(ones(6, device=d))
+CASES["index_fill_index_is_self"] = lambda d: (lambda i: i.index_fill_(0, i, 0))(
+    longs(2, 1, 0, device=d)
+)
+CASES["shift_overlap_before_dtype"] = lambda d: (lambda x: x[:-1].__ilshift__(x[1:]))(
+    ones(3, device=d)
+)
 
 # An in-place op never resizes `self` to the broadcast shape.
 for _name in ("atan2_", "pow_", "fmod_", "remainder_", "lt_", "eq_", "hypot_", "copysign_"):
@@ -251,6 +270,12 @@ VALID = {
         torch.tensor(33000.0, dtype=F16, device=d),
         torch.tensor(33000.0, dtype=F16, device=d),
         out=torch.empty(0, dtype=F64, device=d),
+    ),
+    # fill_ and zero_ write an expanded tensor (one value per location).
+    "fill_expanded": lambda d: torch.zeros(1, 3, device=d).expand(3, 3).fill_(2),
+    "zero_expanded": lambda d: torch.ones(1, 3, device=d).expand(3, 3).zero_(),
+    "threshold_expanded": lambda d: F.threshold_(
+        torch.arange(6.0, device=d).reshape(1, 6).expand(6, 6), 2.5, 0.5
     ),
     # Factories fill an out of their element count in its own shape.
     "arange_into_narrowed_out": narrow_out(lambda out: torch.arange(0, 4, out=out)),
@@ -396,3 +421,19 @@ def test_in_place_activations_with_a_negative_slope_have_no_backward(in_place):
             in_place(x).sum().backward()
         errors.append(str(e.value))
     assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("op", ["masked_fill_", "index_fill_", "index_put_"])
+def test_indexed_writes_into_expanded_tensors_warn_like_the_cpu(op):
+    def call(d):
+        x = torch.zeros(1, device=d).expand(6)
+        index = longs(2, 1, 0, device=d)
+        if op == "masked_fill_":
+            return x.masked_fill_(torch.arange(6, device=d) > 2, 1.0)
+        if op == "index_fill_":
+            return x.index_fill_(0, index, 1.0)
+        return x.index_put_((index,), torch.ones(3, device=d))
+
+    for device in ("cpu", "tpu"):
+        with pytest.warns(UserWarning, match=f"{op} on expanded tensors"):
+            call(device)

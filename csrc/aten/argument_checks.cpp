@@ -445,6 +445,27 @@ void roll(Args a) {
               "shifts and dimensions must align. shifts: ", shifts.size(), ", dims:", dims.size());
 }
 
+// max_unpool2d/3d: which of two values unpooled to one position stays is the
+// CPU's order, as for put_.
+template <int dims>
+void max_unpool(Args) {
+  at::globalContext().alertNotDeterministic(dims == 2 ? "max_unpooling2d_forward_out"
+                                                      : "max_unpooling3d_forward_out");
+}
+
+// index_fill(self, dim, index, value): a complex value only into complex self.
+void index_fill_scalar(Args a) {
+  TORCH_CHECK(!a[3].toScalar().isComplex() || at::isComplexType(dtype(a[0])),
+              "index_fill_(): Converting complex Scalar to non-complex type is not supported");
+  fill_value<3>(a);
+}
+
+// logcumsumexp(self, dim, *, out): out of self's dtype.
+void logcumsumexp_out(Args a) {
+  TORCH_CHECK(dtype(a[2]) == dtype(a[0]), "expected scalar_type ", dtype(a[0]), " but found ",
+              dtype(a[2]));
+}
+
 // index_select(self, dim, index), after the checks of the meta kernel's
 // that come first on the CPU.
 void index_select(Args a) {
@@ -541,6 +562,8 @@ void put(Args a) {
                     source.numel(), ", index.numel() = ", index.numel());
   TORCH_CHECK_INDEX(!(self.numel() == 0 && index.numel() != 0),
                     "put_(): Tried to put elements into an empty tensor");
+  // Which of two values put at one index stays is the CPU's order.
+  if (a.size() < 4 || !a[3].toBool()) at::globalContext().alertNotDeterministic("put_");
 }
 
 void boolean_mask(const char* op, const at::Tensor& mask) {
@@ -715,7 +738,8 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::masked_fill.Scalar", masked_fill_scalar},
       {"aten::masked_fill.Tensor", masked_fill_tensor},
       {"aten::masked_scatter", masked_scatter},
-      {"aten::index_fill.int_Scalar", fill_value<3>},
+      {"aten::index_fill.int_Scalar", index_fill_scalar},
+      {"aten::logcumsumexp.out", logcumsumexp_out},
       {"aten::clamp", clamp_bounds},
       {"aten::cat", concatenated_into},
       {"aten::stack", concatenated_into},
@@ -774,6 +798,8 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::norm.ScalarOpt_dtype", vector_norm_all},
       {"aten::arange.start_out", arange_out},
       {"aten::roll", roll},
+      {"aten::max_unpool2d", max_unpool<2>},
+      {"aten::max_unpool3d", max_unpool<3>},
       {"aten::complex", complex_parts},
       {"aten::polar", complex_parts},
       {"aten::normal.float_Tensor", normal_std_tensor<1>},

@@ -6,8 +6,6 @@
 // into their mutated arguments.
 #include "aten/lowered_ops.h"
 
-#include <ATen/MemoryOverlap.h>
-
 #include <unordered_map>
 
 #include "aten/argument_checks.h"
@@ -15,6 +13,7 @@
 #include "aten/data_dependent.h"
 #include "aten/device.h"
 #include "aten/generator.h"
+#include "aten/memory_overlap.h"
 #include "aten/meta_errors.h"
 #include "aten/tensor_bridge.h"
 #include "engine/deferred.h"
@@ -43,9 +42,7 @@ struct Binding {
   std::vector<size_t> mutated;    // schema arguments written, in order
   std::vector<int> return_alias;  // per return: index into `mutated`, or -1
   int generator_arg = -1;
-  // Ops whose written tensors may have elements sharing a location (an
-  // expanded tensor), as on the CPU: each writes one value to all of them.
-  bool writes_overlapping = false;
+  OverlapRule overlap;
   // arange/range/linspace/logspace(..., out): an out with as many elements as
   // the result keeps its shape, as on the CPU.
   bool out_keeps_shape = false;
@@ -89,12 +86,7 @@ void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Ru
   b.rule_args = rule_args;
   b.rewrite = find_argument_rewrite(b.name);
   b.argument_check = find_argument_check(b.name);
-  for (const char* op :
-       {"aten::fill_.Scalar", "aten::fill_.Tensor", "aten::zero_", "aten::threshold_",
-        "aten::threshold.grad_input", "aten::masked_fill_.Scalar", "aten::masked_fill_.Tensor",
-        "aten::index_fill_.int_Scalar", "aten::index_fill_.int_Tensor"}) {
-    b.writes_overlapping |= b.name == op;
-  }
+  b.overlap = overlap_rule(b.name);
   b.out_keeps_shape = b.name == "aten::arange.start_out" || b.name == "aten::range.out" ||
                       b.name == "aten::linspace.out" || b.name == "aten::logspace.out";
   const auto& args = schema.arguments();
@@ -535,6 +527,24 @@ std::optional<MetaResult> in_place_meta(const Binding& binding, const c10::Funct
   return result;
 }
 
+// PyTorch's meta kernels take a meta tensor for a CUDA one (device_hint) and
+// raise CUDA's nondeterminism alerts (histc, median with indices); tpu's
+// programs are deterministic, so the alerts are off while a meta kernel runs.
+class MetaDeterminism {
+ public:
+  MetaDeterminism()
+      : on_(at::globalContext().deterministicAlgorithms()),
+        warn_only_(at::globalContext().deterministicAlgorithmsWarnOnly()) {
+    if (on_) at::globalContext().setDeterministicAlgorithms(false, false);
+  }
+  ~MetaDeterminism() {
+    if (on_) at::globalContext().setDeterministicAlgorithms(true, warn_only_);
+  }
+
+ private:
+  bool on_, warn_only_;
+};
+
 std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHandle& op,
                                    c10::ArrayRef<c10::IValue> args) {
   MetaConverter meta;
@@ -546,6 +556,7 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
   std::vector<c10::IValue> mutated;  // the meta stand-ins of written arguments
   for (size_t m : binding.mutated) mutated.push_back(meta_stack[m]);
   try {
+    MetaDeterminism deterministic_meta;
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
   } catch (const c10::NotImplementedError&) {
     return in_place_meta(binding, op.schema(), args);
@@ -677,6 +688,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // The CPU's checks of the arguments, then PyTorch's meta kernel validates
   // the call and describes the results.
+  // TensorIterator checks memory overlap before the types, as here.
+  check_memory_overlap(binding.overlap, args, binding.mutated);
   if (binding.argument_check) binding.argument_check(args);
   std::optional<MetaResult> meta = meta_results(binding, op, args);
   if (!meta) {
@@ -684,19 +697,6 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
   if (computed_apart_from_out(binding, stack, args)) return;
-
-  // A tensor written must not have elements sharing a location, as
-  // TensorIterator checks on the CPU.
-  if (!binding.writes_overlapping) {
-    for (size_t m : binding.mutated) {
-      for_each_tensor(args[m], [](const at::Tensor& t) {
-        TORCH_CHECK(at::has_internal_overlap(t) != at::MemOverlap::Yes,
-                    "unsupported operation: more than one element of the written-to tensor "
-                    "refers to a single memory location. Please clone() the tensor before "
-                    "performing the operation.");
-      });
-    }
-  }
 
   // out= tensors take the sizes the meta kernel gave them, as PyTorch's out=
   // kernels resize them. An in-place op never resizes `self` (PyTorch's

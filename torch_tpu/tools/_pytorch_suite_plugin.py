@@ -34,6 +34,7 @@ BY_DESIGN: dict[str, str] = {
     "nested": "nested tensors are not supported on tpu",
     "test_map_": "Tensor.map_/map2_ are CPU-only in PyTorch",
     "test_map2_": "Tensor.map_/map2_ are CPU-only in PyTorch",
+    "test_broadcast_fn_map": "Tensor.map_/map2_ are CPU-only in PyTorch",
     "test_msort": "numpy.msort was removed in NumPy 2 (fails on the CPU too)",
     # Tests that take complex32 along with the other dtypes.
     "TestTensorCreationTPU::test_ones_tpu": "it makes complex32 tensors too",
@@ -45,6 +46,9 @@ BY_DESIGN: dict[str, str] = {
     "test_complex_half_tpu": "it makes complex32 tensors",
     "test_complex_promotion_tpu": "it promotes to complex32 too",
     "test_complex_assertraises_tpu": "it makes complex32 tensors too",
+    "TestTorchDeviceTypeTPU::test_copy__tpu_": "it copies into every dtype, complex32 included",
+    "test_complex_half_experimental_warning_tpu": "it makes complex32 tensors",
+    "test_memory_format_empty_like_tpu": "it makes sparse tensors too",
     # A complex Python number with a float16 tensor promotes to complex32.
     "test_result_type_tpu_complex128_float16": "complex scalar + float16 tensor is complex32",
     "test_result_type_tpu_complex64_float16": "complex scalar + float16 tensor is complex32",
