@@ -2,6 +2,7 @@
 (instantiated as ...TPU classes, each xdist worker with its own device lock), the tests that
 cannot pass by design skipped with their reason, and the report."""
 
+import json
 import subprocess
 import sys
 
@@ -30,6 +31,12 @@ class TestToy(TestCase):
     def test_device_type(self, device):
         self.assertEqual(self.device_type, "tpu")
 
+    # Expects the index check at the call: runs in the debug eager mode (LAUNCH_BLOCKING).
+    def test_trivial_fancy_out_of_bounds(self, device):
+        index = torch.ones(3, dtype=torch.int64, device=device)
+        index[-1] = 10
+        self.assertRaises(IndexError, torch.zeros(5, device=device).__getitem__, index)
+
 
 instantiate_device_type_tests(TestToy, globals())
 
@@ -52,19 +59,24 @@ def test_a_device_generic_file_runs_on_tpu(tmp_path):
     report = tmp_path / "report.md"
     out = subprocess.run(
         [sys.executable, "-m", "torch_tpu.tools.pytorch_suites", "--tests", str(tests),
-         "--workers", "1", "--timeout", "300", "--report", str(report)],
+         "--workers", "1", "--timeout", "300", "--report", str(report),
+         "--outcomes", str(tmp_path / "outcomes.jsonl")],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert (
-        "test_toy.py: 2 passed, 1 failed, 0 errors, 1 failing on the CPU too, 1 skipped"
+        "test_toy.py: 3 passed, 1 failed, 0 errors, 1 failing on the CPU too, 1 skipped"
         in out.stdout
     )
     text = report.read_text()
-    assert "| test_toy.py | 2 | 1 | 0 | 1 | 1 |" in text
-    assert "**2 of 3 tests that ran passed (66.7%)**, not counting 1 that fail on the CPU" in text
+    assert "| test_toy.py | 3 | 1 | 0 | 1 | 1 |" in text
+    assert "**3 of 4 tests that ran passed (75.0%)**, not counting 1 that fail on the CPU" in text
     assert "| 1 | `AssertionError: String comparison failed: '…' != '…'` |" in text
     assert "test_toy.py::test_on_the_host_tpu" in text  # the failure's example
+    outcomes = [json.loads(line) for line in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
+    add = next(o for o in outcomes if o["test"].endswith("test_add_tpu"))
+    assert add["file"] == "test_toy.py" and add["outcome"] == "passed"
+    assert add["compiles"] >= 0 and add["compile_seconds"] >= 0  # each test's compiles
 
 
 def test_a_missing_folder_is_reported(tmp_path):
