@@ -58,8 +58,8 @@ BY_DESIGN: dict[str, str] = {
     "test_TransformerEncoderLayer_empty_tpu": "its fast path makes nested tensors",
     # Tests that take quantized tensors along with the others.
     "TestShapeOpsTPU::test_flip_tpu_float32": "it flips quantized tensors too (its other dtypes run)",
-    "TestViewOpsTPU::test_flatten_tpu": "it flattens a quantized tensor too",
-    "TestViewOpsTPU::test_ravel_tpu": "it ravels quantized tensors too",
+    "TestOldViewOpsTPU::test_flatten_tpu": "it flattens a quantized tensor too",
+    "TestOldViewOpsTPU::test_ravel_tpu": "it ravels quantized tensors too",
     # CUDA's path of the test returns before the part that indexes a device tensor with a
     # CPU index; index_fill raises there on CUDA as on tpu (its TensorIterator wants one device).
     "test_stable_sort_against_numpy": "index_fill of a device tensor with a CPU index",

@@ -203,6 +203,16 @@ def report(runs: list[dict], args: argparse.Namespace) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_results(runs: list[dict], args: argparse.Namespace) -> None:
+    if args.report:
+        args.report.write_text(report(runs, args))
+    if args.outcomes:
+        with args.outcomes.open("w") as f:
+            for run in runs:
+                for o in run["outcomes"]:
+                    f.write(json.dumps({"file": run["file"], **o}) + "\n")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     args.tests = args.tests.resolve()  # pytest runs in a scratch directory
@@ -230,16 +240,9 @@ def main(argv=None) -> int:
                 flush=True,
             )
             runs.append(run)
-    text = report(runs, args)
-    if args.outcomes:
-        with args.outcomes.open("w") as f:
-            for run in runs:
-                for o in run["outcomes"]:
-                    f.write(json.dumps({"file": run["file"], **o}) + "\n")
-    if args.report:
-        args.report.write_text(text)
-    else:
-        print(text)
+            write_results(runs, args)  # after each file: a run cut short still reports
+    if not args.report:
+        print(report(runs, args))
     ok = all(r["ending"] == "completed" for r in runs)
     return 0 if ok else 1
 
