@@ -872,7 +872,14 @@ std::vector<std::string> register_lowered_ops() {
         bind(candidate, rule, fargs);
         auto bound = bindings().find(full_name(candidate));
         auto functional_binding = bindings().find(full_name(name));
-        if (bound != bindings().end() && functional_binding != bindings().end()) {
+        // Reductions and scans (an argument `dim` or `dtype`) compute in out's
+        // dtype on the CPU (sum of float32 into a float64 out accumulates in
+        // float64): only the others compute apart from out.
+        bool computes_in_out_dtype = false;
+        for (const auto& a : fargs)
+          computes_in_out_dtype |= a.name() == "dim" || a.name() == "dtype";
+        if (!computes_in_out_dtype && bound != bindings().end() &&
+            functional_binding != bindings().end()) {
           bound->second.functional = &functional_binding->second;
           bound->second.functional_op = *functional;
         }
