@@ -243,6 +243,47 @@ for _name in ("atan2_", "pow_", "fmod_", "remainder_", "lt_", "eq_", "hypot_", "
     )
 
 
+# Reductions: out= types, and the CPU's dim mask (a 64-bit set: no repeated dims, at most
+# 64 dims).
+CASES["all_out_float"] = lambda d: torch.all(ones(3, 3, device=d), 0, out=ones(3, device=d))
+CASES["any_out_long"] = lambda d: torch.any(
+    ones(3, 3, dtype=L, device=d), 0, out=ones(3, dtype=L, device=d)
+)
+CASES["mode_values_dtype"] = lambda d: torch.mode(
+    ones(4, dtype=torch.uint8, device=d), -1, out=(ones(1, dtype=I8, device=d), longs(0, device=d))
+)
+CASES["mode_indices_dtype"] = lambda d: torch.mode(
+    ones(4, device=d), -1, out=(ones(1, device=d), ones(1, dtype=I8, device=d))
+)
+for _name in ("sum", "mean", "nansum", "std", "var", "logsumexp", "amax", "norm", "count_nonzero"):
+    CASES[f"{_name}_repeated_dim"] = lambda d, n=_name: getattr(torch, n)(
+        ones(3, 3, device=d), dim=(0, -2)
+    )
+for _name in ("nansum", "argmax", "argmin", "sum"):
+    CASES[f"{_name}_over_65_dims"] = lambda d, n=_name: getattr(torch, n)(
+        ones(*[1] * 65, device=d), dim=0
+    )
+# Linear algebra: shapes and scaling factors in the CPU's words.
+CASES["addmm_shapes"] = lambda d: torch.addmm(
+    ones(0, 0, device=d), ones(0, 1, device=d), ones(0, 0, device=d)
+)
+CASES["addr_float_beta_ints"] = lambda d: torch.addr(
+    ones(2, 2, dtype=L, device=d), longs(1, 1, device=d), longs(1, 1, device=d), beta=2.0
+)
+CASES["addr_bool_alpha_ints"] = lambda d: torch.addr(
+    ones(2, 2, dtype=L, device=d), longs(1, 1, device=d), longs(1, 1, device=d), alpha=True
+)
+CASES["cholesky_inverse_out_dtype"] = lambda d: torch.cholesky_inverse(
+    torch.eye(2, device=d), out=ones(2, 2, dtype=torch.int32, device=d)
+)
+CASES["cholesky_ex_check_errors"] = lambda d: torch.linalg.cholesky_ex(
+    torch.zeros(2, 2, device=d), check_errors=True
+)
+CASES["inv_ex_check_errors_batched"] = lambda d: torch.linalg.inv_ex(
+    torch.stack([torch.eye(2), torch.zeros(2, 2)]).to(d), check_errors=True
+)
+
+
 def narrow_out(factory):
     def run(d):
         x = torch.zeros(2, 3, device=d)
@@ -337,6 +378,11 @@ VALID = {
         torch.tensor([0, 3, 2], dtype=torch.uint8, device=d),
     ),
 }
+
+
+def test_bincount_of_floats_is_not_implemented_like_cuda():
+    with pytest.raises(NotImplementedError, match="\"bincount_tpu\" not implemented for 'Float'"):
+        torch.bincount(ones(2, device="tpu"))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import warnings
+
 import pytest
 import torch
 
@@ -658,12 +660,56 @@ def test_memory_history_and_snapshot_like_cuda(tmp_path):
     del b
 
 
-def test_a_slice_of_a_tpu_storage_is_an_error_not_a_crash():
-    storage = torch.arange(4, dtype=torch.float64, device="tpu").untyped_storage()
-    assert list(storage)[8:16] == list(torch.arange(4, dtype=torch.float64).untyped_storage())[8:16]
+def test_a_slice_of_a_tpu_storage_reads_and_writes_the_storage():
+    x = torch.arange(4, dtype=torch.float64, device="tpu")
+    storage = x.untyped_storage()
+    expected = list(torch.arange(4, dtype=torch.float64).untyped_storage())
+    assert list(storage)[8:16] == expected[8:16]
     piece = storage[8:16]  # points into `storage`'s data, as on CUDA
-    for use in (piece.cpu, lambda: piece[0], lambda: torch.empty(0, device="tpu").set_(piece) + 1):
-        with pytest.raises(
-            RuntimeError, match=r"a slice of a tpu storage \(UntypedStorage\[a:b\]\)"
-        ):
-            use()
+    assert piece.data_ptr() == storage.data_ptr() + 8
+    assert piece.cpu().tolist() == expected[8:16] and piece[0] == expected[8]
+    view = torch.empty(0, dtype=torch.float64, device="tpu").set_(piece)
+    assert (view + 1).cpu().tolist() == [2.0]
+    view.fill_(7)
+    assert x.cpu().tolist() == [0.0, 7.0, 2.0, 3.0]
+    misaligned = torch.empty(0, dtype=torch.float64, device="tpu").set_(storage[4:12])
+    with pytest.raises(RuntimeError, match="not a multiple of its element size 8"):
+        misaligned + 1
+
+
+def test_data_pointers_are_distinct_device_addresses():
+    a, b = torch.ones(100, device="tpu"), torch.ones(100, device="tpu")
+    ranges = sorted((t.data_ptr(), t.data_ptr() + 400) for t in (a, b))
+    assert ranges[0][1] <= ranges[1][0]  # no overlap, as on a real device
+    assert a[10:].data_ptr() == a.data_ptr() + 40
+    before = a.data_ptr()
+    a.resize_(10_000)  # a storage that grows moves, as on CUDA
+    assert a.data_ptr() != before and a[:3].cpu().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_dlpack_round_trip_aliases_the_tpu_tensor():
+    from torch.utils.dlpack import from_dlpack, to_dlpack
+
+    a = torch.arange(12.0, device="tpu").reshape(3, 4)
+    b = torch.asarray(to_dlpack(a))
+    assert b.device == a.device and b.data_ptr() == a.data_ptr()
+    b.add_(1)
+    row = from_dlpack(to_dlpack(a[1]))
+    row.mul_(10)
+    expected = torch.arange(12.0).reshape(3, 4) + 1
+    expected[1] *= 10
+    assert torch.equal(a.cpu(), expected) and torch.equal(row.cpu(), expected[1])
+    as_double = torch.asarray(to_dlpack(a), dtype=torch.float64)
+    assert torch.equal(as_double.cpu(), expected.double())
+
+
+def test_legacy_storage_classes():
+    a = torch.arange(5.0, device="tpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # TypedStorage is deprecated
+        assert a.storage_type() is torch.tpu.FloatStorage
+        assert isinstance(a.storage(), torch.tpu.FloatStorage)
+        assert not isinstance(a.storage(), torch.FloatStorage)
+        longs = torch.tpu.LongStorage([1, 2, 3])
+        assert longs.device == a.device and longs.dtype == torch.int64
+        assert longs.tolist() == [1, 2, 3]

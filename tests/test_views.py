@@ -330,3 +330,35 @@ def test_conjugate_and_negative_bits():
     # Kernels that take lazily conjugated inputs (mm, vdot) see their values.
     with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
         torch.testing.assert_close((xt.conj() @ xt.t()).cpu(), x.conj() @ x.t())
+
+
+def _layout(t, perm):
+    """`t` with the same values, its storage laid out in the order `perm`."""
+    inverse = [perm.index(d) for d in range(len(perm))]
+    return t.permute(perm).contiguous().permute(inverse)
+
+
+def test_many_layouts_of_one_op_share_its_dense_program():
+    # addcmul_ of three operands in each of 6 layouts: 216 layouts of one op at one shape.
+    # Past a few, the operands go through dense copies (a program per layout, shared by all
+    # ops) into one dense program, instead of a program per combination.
+    import itertools
+
+    import torch_tpu
+
+    torch.manual_seed(0)
+    self_cpu, x_cpu, y_cpu = (torch.randn(4, 5, 6) for _ in range(3))
+    expected = self_cpu.addcmul(x_cpu, y_cpu, value=0.5)
+    self_tpu, x_tpu, y_tpu = (t.to("tpu") for t in (self_cpu, x_cpu, y_cpu))
+    perms = list(itertools.permutations(range(3)))
+    laid_out = {p: [_layout(t, p) for t in (self_tpu, x_tpu, y_tpu)] for p in perms}
+    before = torch_tpu.metrics()["cache_misses"]
+    for p_self, p_x, p_y in itertools.product(perms, repeat=3):
+        s = laid_out[p_self][0].clone(memory_format=torch.preserve_format)
+        s.addcmul_(laid_out[p_x][1], laid_out[p_y][2], value=0.5)
+        assert s.stride() == laid_out[p_self][0].stride()
+        assert torch.equal(s.cpu(), expected), (p_self, p_x, p_y)
+    programs = torch_tpu.metrics()["cache_misses"] - before
+    # 216 layouts compiled a program each; now: 8 of them, the dense one, the copies in and
+    # out of each layout and the clones.
+    assert programs < 60, programs

@@ -60,6 +60,9 @@ def _register() -> None:
 
     device_module.memory = memory
     sys.modules["torch.tpu.memory"] = memory
+    from . import legacy_storage
+
+    legacy_storage.install(device_module)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )

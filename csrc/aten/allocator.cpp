@@ -58,7 +58,12 @@ class TpuAllocator final : public c10::DeviceAllocator {
     auto* slot = new engine::StorageSlot{device, nbytes, nullptr};
     record(device, static_cast<int64_t>(nbytes));
     if (recording_memory_history()) note_alloc(slot, device, nbytes);
-    return {slot, slot, &TpuAllocator::release, c10::Device(kTpu, device)};
+    return data_ptr(slot, nbytes);
+  }
+
+  static at::DataPtr data_ptr(engine::StorageSlot* slot, size_t nbytes) {
+    return {assign_address(slot, nbytes), slot, &TpuAllocator::release,
+            c10::Device(kTpu, static_cast<c10::DeviceIndex>(slot->device))};
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
@@ -121,6 +126,7 @@ class TpuAllocator final : public c10::DeviceAllocator {
     auto* slot = static_cast<engine::StorageSlot*>(ctx);
     instance().record(slot->device, -static_cast<int64_t>(slot->nbytes));
     if (recording_memory_history()) note_free(slot);
+    forget_address(slot);
     // Buffers may be shared with in-flight launches; the runtime keeps them
     // alive until those finish.
     delete slot;
@@ -185,20 +191,34 @@ void set_memory_fraction(c10::DeviceIndex device, double fraction) {
   g_allocator.set_memory_fraction(device, fraction);
 }
 
-engine::StorageSlot* storage_slot(const c10::StorageImpl& storage) {
+SlotAddress storage_slot(const c10::StorageImpl& storage) {
   const c10::DataPtr& data = storage.data_ptr();
-  TORCH_CHECK(data.get_deleter() == g_allocator.raw_deleter() && data.get_context(),
-              "this tpu storage was not made by the tpu allocator: a slice of a tpu storage "
-              "(UntypedStorage[a:b]) cannot hold or be read as a tensor; slice the tensor "
-              "instead");
-  return static_cast<engine::StorageSlot*>(data.get_context());
+  if (data.get_deleter() == g_allocator.raw_deleter() && data.get_context()) {
+    return {static_cast<engine::StorageSlot*>(data.get_context()), 0};
+  }
+  std::optional<SlotAddress> at = resolve_address(data.get());
+  TORCH_CHECK(at, "this tpu storage's data pointer ", data.get(),
+              " is not in any live tpu storage (was the storage it points into freed or resized?)");
+  TORCH_CHECK(at->byte_offset + storage.nbytes() <= at->slot->nbytes, "this tpu storage (",
+              storage.nbytes(), " bytes at ", data.get(),
+              ") runs past the end of the tpu storage it "
+              "points into (",
+              at->slot->nbytes, " bytes)");
+  return *at;
 }
 
 void resize_storage_bytes(c10::StorageImpl* storage, size_t nbytes) {
-  engine::StorageSlot* slot = storage_slot(*storage);
+  SlotAddress at = storage_slot(*storage);
+  TORCH_CHECK(at.byte_offset == 0 && storage->data_ptr().get_context() == at.slot,
+              "cannot resize a tpu storage that points into another one");
+  engine::StorageSlot* slot = at.slot;
   int64_t delta = static_cast<int64_t>(nbytes) - static_cast<int64_t>(slot->nbytes);
   engine::resize_storage(*slot, nbytes);
   g_allocator.record(slot->device, delta);
+  // A resized storage moves, as on CUDA: the old range could overlap another's.
+  forget_address(slot);
+  c10::DataPtr old = storage->set_data_ptr(TpuAllocator::data_ptr(slot, nbytes));
+  old.release_context();  // the slot lives on in the new DataPtr
   storage->set_nbytes(nbytes);
 }
 

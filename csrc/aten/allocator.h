@@ -1,10 +1,11 @@
 // The `tpu` allocator: a storage's DataPtr owns an engine::StorageSlot, not
-// device memory. Memory accounting follows storage sizes.
+// device memory, at an address of its own (device_addresses.h). Memory
+// accounting follows storage sizes.
 #pragma once
 
 #include <c10/core/CachingDeviceAllocator.h>
 
-#include "engine/storage.h"
+#include "aten/device_addresses.h"
 
 namespace torch_tpu::aten {
 
@@ -14,9 +15,10 @@ c10::DeviceAllocator* tpu_allocator();
 // of the device's memory raise torch.OutOfMemoryError.
 void set_memory_fraction(c10::DeviceIndex device, double fraction);
 
-// The slot a tpu storage owns. Raises for a storage the allocator did not make
-// (a slice UntypedStorage[a:b] points into another storage's data).
-engine::StorageSlot* storage_slot(const c10::StorageImpl& storage);
+// Where a tpu storage's bytes are: the slot it owns or, for a storage made from
+// a pointer into another (a slice UntypedStorage[a:b], a DLPack capsule), that
+// storage's slot at an offset. Raises for a pointer into no live tpu storage.
+SlotAddress storage_slot(const c10::StorageImpl& storage);
 
 // Grows or shrinks a tpu storage (contents kept, new bytes read as zero) and
 // keeps the memory statistics right.

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/ExpandUtils.h>
+#include <ATen/WrapDimUtilsMulti.h>
 #include <ATen/native/DistributionTemplates.h>
 #include <ATen/native/GridSamplerUtils.h>
 #include <ATen/native/ReduceOpsUtils.h>
@@ -33,6 +34,16 @@ void addmm(Args a) {
               dtype(a[0]), " and ", dtype(a[2]));
   TORCH_CHECK(dtype(a[1]) == dtype(a[2]), "mat1 and mat2 must have the same dtype, but got ",
               dtype(a[1]), " and ", dtype(a[2]));
+}
+
+// addmm, _addmm_activation: then the shapes, in the CPU's words.
+void addmm_shapes(Args a) {
+  addmm(a);
+  const at::Tensor &m1 = a[1].toTensor(), &m2 = a[2].toTensor();
+  TORCH_CHECK(m1.dim() == 2, "mat1 must be a matrix, got ", m1.dim(), "-D tensor");
+  TORCH_CHECK(m2.dim() == 2, "mat2 must be a matrix, got ", m2.dim(), "-D tensor");
+  TORCH_CHECK(m1.size(1) == m2.size(0), "mat1 and mat2 shapes cannot be multiplied (", m1.size(0),
+              "x", m1.size(1), " and ", m2.size(0), "x", m2.size(1), ")");
 }
 
 void mm(Args a) {
@@ -106,18 +117,34 @@ void clamp_tensor_bounds(Args a) {
               "torch.clamp: At least one of 'min' or 'max' must not be None");
 }
 
+// A scaling factor (alpha, beta) of a `result`-typed computation, as the
+// CPU's alpha_check and check_addr_scalar.
+void scale_fits(at::ScalarType result, const c10::Scalar& scale, const char* name) {
+  TORCH_CHECK(!scale.isBoolean() || result == at::kBool, "Boolean ", name,
+              " only supported for Boolean results.");
+  TORCH_CHECK(at::isFloatingType(result) || at::isComplexType(result) || scale.isIntegral(true),
+              "For integral input tensors, argument ", name,
+              " must not be a floating point number.");
+  TORCH_CHECK(at::isComplexType(result) || !scale.isComplex(),
+              "For non-complex input tensors, "
+              "argument ",
+              name, " must not be a complex number.");
+}
+
 // add/sub(self, other, alpha) and rsub: the CPU's alpha_check on the result type.
 void alpha(Args a) {
   const at::Tensor& self = a[0].toTensor();
   at::ScalarType result = a[1].isTensor() ? at::result_type(self, a[1].toTensor())
                                           : at::result_type(self, a[1].toScalar());
-  c10::Scalar alpha = a[2].toScalar();
-  TORCH_CHECK(!alpha.isBoolean() || result == at::kBool,
-              "Boolean alpha only supported for Boolean results.");
-  TORCH_CHECK(at::isFloatingType(result) || at::isComplexType(result) || alpha.isIntegral(true),
-              "For integral input tensors, argument alpha must not be a floating point number.");
-  TORCH_CHECK(at::isComplexType(result) || !alpha.isComplex(),
-              "For non-complex input tensors, argument alpha must not be a complex number.");
+  scale_fits(result, a[2].toScalar(), "alpha");
+}
+
+// addr(self, vec1, vec2, beta, alpha)
+void addr(Args a) {
+  at::ScalarType result =
+      c10::promoteTypes(dtype(a[0]), c10::promoteTypes(dtype(a[1]), dtype(a[2])));
+  scale_fits(result, a[3].toScalar(), "beta");
+  scale_fits(result, a[4].toScalar(), "alpha");
 }
 
 // ---------------------------------------------------------------- dtypes
@@ -273,6 +300,42 @@ void reduction(Args a) {
   check_reduced_dim(a, 1, name);
 }
 
+// mode.values(self, dim, keepdim, values, indices): the CPU's output checks.
+void mode_out(Args a) {
+  at::ScalarType self = dtype(a[0]);
+  TORCH_CHECK(dtype(a[3]) == self, "expected scalar type '", self, "' but got '", dtype(a[3]),
+              "' for values output");
+  TORCH_CHECK(dtype(a[4]) == at::kLong, "expected scalar type 'Long' but got '", dtype(a[4]),
+              "' for indices output");
+  check_reduced_dim(a, 1, "mode()");
+}
+
+// Reductions over a list of dims: the CPU's dim mask, a 64-bit set, refuses
+// repeated dims and tensors of more than 64 dims, in its words (PyTorch's meta
+// kernels word the first otherwise and let some reductions take the second).
+void dim_list(const at::Tensor& self, const c10::IValue& dims) {
+  if (dims.isNone()) return;
+  c10::DimVector list = dims.isInt() ? c10::DimVector{dims.toInt()} : dims.toDimVector();
+  if (!list.empty()) at::dim_list_to_bitset(list, self.dim());
+}
+
+// sum.dim_IntList, mean.dim, nansum, std/var(_mean).correction, logsumexp,
+// prod.dim_int, count_nonzero.dim_IntList(self, dim, ...)
+void reduced_dims(Args a) { dim_list(a[0].toTensor(), a[1]); }
+
+// all, any (self, dim..., out): the CPU's result type, bool or (for uint8
+// inputs' old behaviour) uint8.
+template <const char* name>
+void bool_result(Args a) {
+  if (a.size() > 1) dim_list(a[0].toTensor(), a[1].isTensor() ? c10::IValue() : a[1]);
+  if (a.size() < 2 || !a.back().isTensor()) return;
+  at::ScalarType out = dtype(a.back());
+  TORCH_CHECK(out == at::kBool || out == at::kByte, name,
+              " only supports bool tensor for result, got: ", out);
+}
+
+constexpr char kAll[] = "all", kAny[] = "any";
+
 constexpr char kMedian[] = "median()", kMode[] = "mode()", kMax[] = "max()", kMin[] = "min()",
                kArgmax[] = "argmax()", kArgmin[] = "argmin()", kAmax[] = "amax()",
                kAmin[] = "amin()";
@@ -284,6 +347,7 @@ void kthvalue(Args a) { check_reduced_dim(a, 2, "kthvalue()"); }
 template <const char* name>
 void arg_reduction(Args a) {
   const at::Tensor& self = a[0].toTensor();
+  dim_list(self, a[1]);
   if (!a[1].isNone()) return check_reduced_dim(a, 1, name);
   TORCH_CHECK_INDEX(self.numel() != 0, name,
                     ": Expected reduction dim to be specified for input.numel() == 0.");
@@ -293,6 +357,7 @@ void arg_reduction(Args a) {
 template <const char* name>
 void amax_amin(Args a) {
   const at::Tensor& self = a[0].toTensor();
+  dim_list(self, a[1]);
   if (self.numel() == 0) at::native::zero_numel_check_dims(self, a[1].toDimVector(), name);
 }
 
@@ -325,7 +390,10 @@ void vector_norm_of_empty(const at::Tensor& self, const c10::IValue& ord, const 
 }
 
 // linalg_vector_norm(self, ord, dim, ...), norm.ScalarOpt_dim(_dtype)(self, p, dim, ...)
-void vector_norm_dim(Args a) { vector_norm_of_empty(a[0].toTensor(), a[1], a[2]); }
+void vector_norm_dim(Args a) {
+  dim_list(a[0].toTensor(), a[2]);
+  vector_norm_of_empty(a[0].toTensor(), a[1], a[2]);
+}
 
 // norm.Scalar(self, p), norm.ScalarOpt_dtype(self, p, *, dtype): all elements.
 void vector_norm_all(Args a) { vector_norm_of_empty(a[0].toTensor(), a[1], c10::IValue()); }
@@ -726,8 +794,9 @@ void batch_norm(Args a) {
 const std::unordered_map<std::string, ArgumentCheck>& checks() {
   static const std::vector<std::pair<std::string, ArgumentCheck>> entries = {
       {"aten::mm", mm},
-      {"aten::addmm", addmm},
-      {"aten::_addmm_activation", addmm},
+      {"aten::addmm", addmm_shapes},
+      {"aten::_addmm_activation", addmm_shapes},
+      {"aten::addr", addr},
       {"aten::addbmm", addmm},
       {"aten::mv", mv},
       {"aten::convolution", convolution},
@@ -777,7 +846,23 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::nanmedian.dim", reduction<kMedian>},  // the CPU says median() too
       {"aten::nanmedian.dim_values", reduction<kMedian>},
       {"aten::mode", reduction<kMode>},
-      {"aten::mode.values", reduction<kMode>},
+      {"aten::mode.values", mode_out},
+      {"aten::sum.dim_IntList", reduced_dims},
+      {"aten::mean.dim", reduced_dims},
+      {"aten::nansum", reduced_dims},
+      {"aten::std.correction", reduced_dims},
+      {"aten::var.correction", reduced_dims},
+      {"aten::std_mean.correction", reduced_dims},
+      {"aten::var_mean.correction", reduced_dims},
+      {"aten::logsumexp", reduced_dims},
+      {"aten::prod.dim_int", reduced_dims},
+      {"aten::count_nonzero.dim_IntList", reduced_dims},
+      {"aten::all", bool_result<kAll>},  // all.out (self, dim, keepdim, out) too
+      {"aten::all.dims", bool_result<kAll>},
+      {"aten::all.all", bool_result<kAll>},  // all.all_out
+      {"aten::any", bool_result<kAny>},
+      {"aten::any.dims", bool_result<kAny>},
+      {"aten::any.all", bool_result<kAny>},
       {"aten::kthvalue", kthvalue},
       {"aten::kthvalue.values", kthvalue},
       {"aten::max.dim", reduction<kMax>},

@@ -128,10 +128,12 @@ bool equal_tpu(const at::Tensor& self, const at::Tensor& other) {
 
 at::Tensor bincount_tpu(const at::Tensor& self, const std::optional<at::Tensor>& weights_opt,
                         int64_t minlength) {
+  // The CPU's and CUDA's order: their kernels dispatch on integral types first.
+  TORCH_CHECK_NOT_IMPLEMENTED(at::isIntegralType(self.scalar_type(), /*includeBool=*/false),
+                              "\"bincount_tpu\" not implemented for '",
+                              c10::toString(self.scalar_type()), "'");
   TORCH_CHECK(minlength >= 0, "minlength should be >= 0");
-  TORCH_CHECK(
-      self.dim() == 1 && !at::isFloatingType(self.scalar_type()) && self.scalar_type() != at::kBool,
-      "bincount only supports 1-d non-negative integral inputs.");
+  TORCH_CHECK(self.dim() == 1, "bincount only supports 1-d non-negative integral inputs.");
   const at::Tensor weights = weights_opt.value_or(at::Tensor());
   TORCH_CHECK(!weights.defined() || (weights.dim() == 1 && weights.size(0) == self.size(0)),
               "weights should be 1-d and have the same length as input");

@@ -47,6 +47,8 @@ struct Binding {
   // the result keeps its shape, as on the CPU.
   bool out_keeps_shape = false;
   bool has_tensor_inputs = false;  // else a factory: scalars may shape the result
+  // linalg's *_ex ops: with check_errors set, a nonzero `info` raises, as on the CPU.
+  int check_errors_arg = -1, info_return = -1;
   ArgumentRewrite rewrite = nullptr;
   ArgumentCheck argument_check = nullptr;
   // An out= variant's functional form (add for add.out).
@@ -104,6 +106,12 @@ void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Ru
             c10::TypeKind::GeneratorType) {
       b.generator_arg = static_cast<int>(i);
     }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].name() == "check_errors") b.check_errors_arg = static_cast<int>(i);
+  }
+  for (size_t r = 0; r < schema.returns().size(); ++r) {
+    if (schema.returns()[r].name() == "info") b.info_return = static_cast<int>(r);
   }
   for (const auto& ret : schema.returns()) {
     int alias = -1;
@@ -563,7 +571,7 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
   } catch (const c10::Error&) {
     throw;
   } catch (...) {
-    rethrow_meta_error(std::current_exception());
+    rethrow_meta_error(std::current_exception(), op.schema().operator_name());
   }
   MetaResult result;
   for (const c10::IValue& r : meta_stack) {
@@ -649,6 +657,14 @@ bool computed_apart_from_out(const Binding& binding, torch::jit::Stack* stack,
   torch::jit::drop(*stack, args.size());
   for (int alias : binding.return_alias) stack->push_back(outs.at(alias));
   return true;
+}
+
+// "aten::_linalg_solve_ex.result" -> the CPU's "linalg.solve_ex: The diagonal element 2 is zero..."
+void check_linalg_errors(const std::string& op, const at::Tensor& info) {
+  std::string api = op.substr(6, op.find('.', 6) - 6);  // past "aten::"
+  if (api[0] == '_') api.erase(0, 1);
+  if (api.rfind("linalg_", 0) == 0) api[6] = '.';
+  at::_linalg_check_errors(info, api, /*is_matrix=*/info.dim() == 0);
 }
 
 void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -781,6 +797,10 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
 
+  if (binding.check_errors_arg >= 0 && binding.info_return >= 0 &&
+      args[binding.check_errors_arg].toBool()) {
+    check_linalg_errors(binding.name, returns[binding.info_return].toTensor());
+  }
   torch::jit::drop(*stack, num_args);
   for (auto& r : returns) stack->push_back(std::move(r));
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <regex>
 #include <string>
+#include <unordered_map>
 
 namespace torch_tpu::aten {
 
@@ -40,37 +41,52 @@ std::string scalar_type_name(const std::string& python_name) {
   return c10::toString(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
 }
 
-// The CPU's wording of an out= cast that is not allowed (TensorIterator's).
-std::string cpu_wording(const std::string& message) {
+// Linear algebra ops whose CPU kernels check out= with checkLinalgCompatibleDtype,
+// by the name they give it.
+const char* linalg_out_check_name(const std::string& op) {
+  static const std::unordered_map<std::string, const char*> names = {
+      {"aten::cholesky_inverse", "cholesky_inverse"},
+      {"aten::cholesky_solve", "cholesky_solve"},
+      {"aten::linalg_pinv", "linalg.pinv"},
+  };
+  auto it = names.find(op);
+  return it == names.end() ? nullptr : it->second;
+}
+
+// The CPU's wording of an out= cast that is not allowed (TensorIterator's, or
+// linear algebra's own).
+std::string cpu_wording(const std::string& message, const std::string& op) {
   static const std::regex unsafe_cast(
       "Attempting to cast from torch\\.(\\w+) to out tensor with dtype torch\\.(\\w+), but this "
       "can't be cast because it is not safe!");
   std::smatch m;
-  if (std::regex_search(message, m, unsafe_cast)) {
-    return "result type " + scalar_type_name(m[1]) + " can't be cast to the desired output type " +
-           scalar_type_name(m[2]);
+  if (!std::regex_search(message, m, unsafe_cast)) return message;
+  std::string from = scalar_type_name(m[1]), to = scalar_type_name(m[2]);
+  if (const char* linalg = linalg_out_check_name(op)) {
+    return std::string(linalg) + ": Expected result to be safely castable from " + from +
+           " dtype, but got result with dtype " + to;
   }
-  return message;
+  return "result type " + from + " can't be cast to the desired output type " + to;
 }
 
 // The CPU's form of a meta kernel's Python error: AssertionError (linalg's
 // squareCheckInputs) becomes RuntimeError, as the CPU's TORCH_CHECK raises it;
 // a RuntimeError keeps its type, in the CPU's words. Nullopt: raise the error
 // as it is.
-std::optional<std::string> cpu_form(py::handle type, py::handle value) {
+std::optional<std::string> cpu_form(py::handle type, py::handle value, const std::string& op) {
   if (!type || !value) return std::nullopt;
   const bool assertion = PyErr_GivenExceptionMatches(type.ptr(), PyExc_AssertionError);
   const bool runtime = PyErr_GivenExceptionMatches(type.ptr(), PyExc_RuntimeError) &&
                        !PyErr_GivenExceptionMatches(type.ptr(), PyExc_NotImplementedError);
   if (!assertion && !runtime) return std::nullopt;
-  std::string cpu = cpu_wording(message_of(value));
+  std::string cpu = cpu_wording(message_of(value), op);
   if (runtime && cpu == py::str(value).cast<std::string>()) return std::nullopt;
   return cpu;
 }
 
 }  // namespace
 
-void rethrow_meta_error(std::exception_ptr error) {
+void rethrow_meta_error(std::exception_ptr error, const c10::OperatorName& op) {
   std::optional<std::string> message;
   try {
     std::rethrow_exception(error);
@@ -78,13 +94,13 @@ void rethrow_meta_error(std::exception_ptr error) {
     {
       py::gil_scoped_acquire gil;
       e.persist();  // takes the Python error indicator into `e`
-      message = cpu_form(e.type, e.value);
+      message = cpu_form(e.type, e.value, op.name);
     }
     if (!message) throw;
   } catch (py::error_already_set& e) {
     {
       py::gil_scoped_acquire gil;
-      message = cpu_form(e.type(), e.value());
+      message = cpu_form(e.type(), e.value(), op.name);
     }
     if (!message) throw;
   }

@@ -1,6 +1,8 @@
 // Errors of PyTorch's Python meta kernels, as the CPU's kernels raise them.
 #pragma once
 
+#include <ATen/core/operator_name.h>
+
 #include <exception>
 
 namespace torch_tpu::aten {
@@ -10,7 +12,7 @@ namespace torch_tpu::aten {
 // (squareCheckInputs of linalg) where the CPU's kernels raise RuntimeError (TORCH_CHECK):
 // those become RuntimeError, with the meta kernel's message. Messages the Python
 // references word otherwise (an unsafe cast into out=) or give as a tuple of strings
-// take the CPU's words.
-[[noreturn]] void rethrow_meta_error(std::exception_ptr error);
+// take the CPU's words; `op` is the operator whose meta kernel failed.
+[[noreturn]] void rethrow_meta_error(std::exception_ptr error, const c10::OperatorName& op);
 
 }  // namespace torch_tpu::aten

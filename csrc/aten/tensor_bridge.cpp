@@ -87,18 +87,35 @@ at::ScalarType scalar_type(ElementType type) {
 
 bool is_tpu(const at::Tensor& t) { return t.defined() && t.device().type() == kTpu; }
 
-engine::StorageSlot* slot_of(const at::Tensor& t) {
+namespace {
+
+SlotAddress slot_address(const at::Tensor& t) {
   TORCH_CHECK(t.has_storage(), "tpu tensor without storage");
   return storage_slot(*t.storage().unsafeGetStorageImpl());
 }
 
+}  // namespace
+
+engine::StorageSlot* slot_of(const at::Tensor& t) {
+  SlotAddress at = slot_address(t);
+  TORCH_CHECK(at.byte_offset == 0,
+              "this op needs a tensor on a whole tpu storage; its storage "
+              "points into another one: use a copy (tensor.clone())");
+  return at.slot;
+}
+
 engine::TensorView view_of(const at::Tensor& t) {
+  SlotAddress at = slot_address(t);
   engine::TensorView v;
-  v.slot = slot_of(t);
+  v.slot = at.slot;
   v.dtype = element_type(t.scalar_type());
   v.sizes.assign(t.sizes().begin(), t.sizes().end());
   v.strides.assign(t.strides().begin(), t.strides().end());
-  v.offset = t.storage_offset();
+  int64_t itemsize = static_cast<int64_t>(t.dtype().itemsize());
+  TORCH_CHECK(static_cast<int64_t>(at.byte_offset) % itemsize == 0, "a ", t.scalar_type(),
+              " tensor on a tpu storage that starts ", at.byte_offset,
+              " bytes into another one, not a multiple of its element size ", itemsize);
+  v.offset = t.storage_offset() + static_cast<int64_t>(at.byte_offset) / itemsize;
   return v;
 }
 

@@ -1,11 +1,15 @@
 #include "engine/executor.h"
 
 #include <atomic>
+#include <memory>
+#include <string>
+#include <unordered_map>
 
 #include "engine/backend.h"
 #include "engine/captured_graph.h"
 #include "engine/deferred.h"
 #include "engine/program.h"
+#include "engine/storage_ops.h"
 
 namespace torch_tpu::engine {
 
@@ -13,11 +17,70 @@ namespace {
 
 std::atomic<int> g_precision{static_cast<int>(hlo::Precision::Default)};
 
+// A program reads and writes views in place, so each layout of an op's operands
+// (transposed, sliced, broadcast, inside a larger storage) is a program of its
+// own. Past this many layouts of one op at one shape, new layouts are copied to
+// and from dense temporaries around the op's dense program instead: the
+// copies' programs depend on one view each and serve every op.
+constexpr int kLayoutsPerShape = 8;
+
+// A view the program reads or writes inside its storage (not the whole of it).
+bool in_storage(const TensorView& v) { return v.slot && v.numel() > 0 && !v.is_whole_storage(); }
+
+bool reads_or_writes_views(const OpCall& call) {
+  for (const CallArg& arg : call.args) {
+    for (const auto& in : arg.inputs) {
+      if (in && in->on_device && in_storage(in->view)) return true;
+    }
+  }
+  for (const TensorView& t : call.targets) {
+    if (in_storage(t)) return true;
+  }
+  return false;
+}
+
+// Counts the call's new layout (a program about to be compiled); true past the bound.
+bool too_many_layouts(const OpCall& call) {
+  static const lower::Rule* copy_rule = lower::find_rule("_tpu_copy");
+  if (call.rule == copy_rule || !reads_or_writes_views(call)) return false;
+  static auto* layouts = new std::unordered_map<std::string, int>();
+  return (*layouts)[shape_key(call)]++ >= kLayoutsPerShape;
+}
+
+void run_now(const OpCall& call);
+
+// The call on dense copies of its views, its results copied into its targets.
+void run_on_dense_copies(const OpCall& call) {
+  OpCall dense = call;
+  std::vector<std::unique_ptr<StorageSlot>> temporaries;
+  auto temporary = [&](const TensorView& v) {
+    auto nbytes = static_cast<size_t>(v.numel() * element_size(v.dtype));
+    temporaries.push_back(std::make_unique<StorageSlot>(StorageSlot{call.device, nbytes, nullptr}));
+    return TensorView{temporaries.back().get(), v.dtype, v.sizes, contiguous_strides(v.sizes), 0};
+  };
+  for (CallArg& arg : dense.args) {
+    for (auto& in : arg.inputs) {
+      if (!in || !in->on_device || !in_storage(in->view)) continue;
+      TensorView copy = temporary(in->view);
+      copy_view(in->view, copy, call.name);
+      in->view = copy;
+    }
+  }
+  for (TensorView& t : dense.targets) {
+    if (in_storage(t)) t = temporary(t);
+  }
+  run_now(dense);
+  for (size_t j = 0; j < call.targets.size(); ++j) {
+    if (in_storage(call.targets[j])) copy_view(dense.targets[j], call.targets[j], call.name);
+  }
+}
+
 // Strict eager: the op is a program of its own, compiled once per signature.
 void run_now(const OpCall& call) {
   Backend& backend = Backend::get();
   hlo::Precision prec = precision();
   Signature sig = signature(call, prec);
+  if (!has_program(sig.key) && too_many_layouts(call)) return run_on_dense_copies(call);
   std::vector<const StorageSlot*> storages = storages_of(sig);
   const Program& program = cached_program(sig.key, [&] {
     ProgramBuilder builder(storages);

@@ -75,11 +75,10 @@ int slot_index(std::vector<SlotUse>& slots, StorageSlot* slot) {
   return static_cast<int>(slots.size()) - 1;
 }
 
-}  // namespace
-
-Signature signature(const OpCall& call, hlo::Precision precision) {
-  Signature sig;
-  KeyWriter k(sig.key);
+// The op, its static arguments and each operand's kind and types; `put_input` adds what
+// else keys an operand.
+void put_call(KeyWriter& k, const OpCall& call,
+              const std::function<void(const Input&)>& put_input) {
   k.put_str(call.name);
   k.put(call.rule);
   for (const CallArg& arg : call.args) {
@@ -94,19 +93,29 @@ Signature signature(const OpCall& call, hlo::Precision precision) {
       if (!in) continue;
       k.put(in->dtype);
       k.put(in->category);
-      sig.inputs.push_back(&*in);
-      if (in->on_device) {
-        int s = slot_index(sig.slots, in->view.slot);
-        sig.slots[s].read = true;
-        sig.input_slot.push_back(s);
-        k.put(s);
-        k.put_view(in->view);
-      } else {
-        sig.input_slot.push_back(-1);
-        k.put(in->scalar.type);
-      }
+      if (!in->on_device) k.put(in->scalar.type);
+      put_input(*in);
     }
   }
+}
+
+}  // namespace
+
+Signature signature(const OpCall& call, hlo::Precision precision) {
+  Signature sig;
+  KeyWriter k(sig.key);
+  put_call(k, call, [&](const Input& in) {
+    sig.inputs.push_back(&in);
+    if (!in.on_device) {
+      sig.input_slot.push_back(-1);
+      return;
+    }
+    int s = slot_index(sig.slots, in.view.slot);
+    sig.slots[s].read = true;
+    sig.input_slot.push_back(s);
+    k.put(s);
+    k.put_view(in.view);
+  });
   for (const TensorView& t : call.targets) {
     if (!t.slot) {  // a result nobody asked for (e.g. a masked-out gradient)
       sig.target_slot.push_back(-1);
@@ -130,6 +139,21 @@ Signature signature(const OpCall& call, hlo::Precision precision) {
   }
   if (call.rule->precision) k.put(precision);
   return sig;
+}
+
+std::string shape_key(const OpCall& call) {
+  std::string key;
+  KeyWriter k(key);
+  put_call(k, call, [&](const Input& in) {
+    if (!in.on_device) return;
+    k.put(in.view.dtype);
+    k.put_dims(in.view.sizes);
+  });
+  for (const TensorView& t : call.targets) {
+    k.put(t.dtype);
+    k.put_dims(t.sizes);
+  }
+  return key;
 }
 
 std::vector<const StorageSlot*> storages_of(const Signature& sig) {
@@ -389,19 +413,27 @@ class ProgramCache {
     return it->second.first;
   }
 
+  bool contains(const std::string& key) const { return programs_.count(key) > 0; }
+
  private:
   size_t capacity_ = 4096;
   std::list<std::string> order_;  // most recently used first
   std::unordered_map<std::string, std::pair<Program, std::list<std::string>::iterator>> programs_;
 };
 
+ProgramCache& program_cache() {
+  // Leaked on purpose: executables must outlive every static destructor.
+  static auto* cache = new ProgramCache();
+  return *cache;
+}
+
 }  // namespace
 
 const Program& cached_program(const std::string& key, const std::function<Program()>& build) {
-  // Leaked on purpose: executables must outlive every static destructor.
-  static auto* cache = new ProgramCache();
-  return cache->get(key, build);
+  return program_cache().get(key, build);
 }
+
+bool has_program(const std::string& key) { return program_cache().contains(key); }
 
 // ---------------------------------------------------------------- launch
 

@@ -30,6 +30,9 @@ struct Signature {
 };
 
 Signature signature(const OpCall& call, hlo::Precision precision);
+// What keys the call's program apart from its views' layouts and storages: the
+// op, its static arguments and its operands' and results' types and sizes.
+std::string shape_key(const OpCall& call);
 // The signature's storages, in its slot order.
 std::vector<const StorageSlot*> storages_of(const Signature& sig);
 
@@ -93,6 +96,7 @@ class ProgramBuilder {
 
 // Compiled programs by key, least recently used first out.
 const Program& cached_program(const std::string& key, const std::function<Program()>& build);
+bool has_program(const std::string& key);
 
 // Launches `program` asynchronously on `params` (one buffer per parameter;
 // the data-check code's is filled in here, and its update kept by the

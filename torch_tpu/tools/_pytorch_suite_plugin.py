@@ -63,6 +63,13 @@ BY_DESIGN: dict[str, str] = {
     # CUDA's path of the test returns before the part that indexes a device tensor with a
     # CPU index; index_fill raises there on CUDA as on tpu (its TensorIterator wants one device).
     "test_stable_sort_against_numpy": "index_fill of a device tensor with a CPU index",
+    # PyTorch's own _get_legacy_storage_class gives torch.tpu.FloatStorage and so on for a
+    # PrivateUse1 device, as torch.cuda.FloatStorage for CUDA; the file expects the CPU's
+    # classes for every device but CUDA.
+    "test_tensor_storage_type_tpu": "it expects torch.<T>Storage; tpu's are torch.tpu.<T>Storage",
+    # The file takes bfloat16 addbmm to be unsupported on any device but the CPU without
+    # CUDA's sm53 (`SM53OrLater`) and expects it to raise.
+    "TestLinalgTPU::test_addbmm_tpu_bfloat16": "it expects bfloat16 addbmm to raise off CUDA",
 }
 
 # Tests that expect a check of data (an out-of-range index, a source smaller than the mask)
