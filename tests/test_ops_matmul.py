@@ -163,6 +163,14 @@ def test_non_contiguous_operands():
     check(lambda s, x, y: torch.addmm(s, x, y), torch.randn(3, 5).t(), a.t()[:, :7], b.t())
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_products_of_transposed_operands_at_batch_one(dtype):
+    # XLA's CPU runtime refused these (no mixed BF16 x BF16 = F32 library product).
+    lhs = torch.randn(1, 15, 23, dtype=dtype).mT
+    check(torch.bmm, lhs, torch.randn(1, 15, 12, dtype=dtype))
+    check(torch.mm, lhs[0], torch.randn(15, 12, dtype=dtype))
+
+
 @pytest.mark.parametrize("self_shape", [(5, 3), (3,), (1, 3), (5, 1), (1,), ()], ids=str)
 def test_addmm_broadcasts_self(self_shape):
     check(torch.addmm, torch.randn(self_shape), torch.randn(5, 7), torch.randn(7, 3))

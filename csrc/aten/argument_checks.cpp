@@ -36,18 +36,27 @@ void addmm(Args a) {
               dtype(a[1]), " and ", dtype(a[2]));
 }
 
-// addmm, _addmm_activation: then the shapes, in the CPU's words.
+// The shapes of mat1 @ mat2 (mm's `self` and `mat2`), in the CPU's words.
+void multipliable(const at::Tensor& m1, const at::Tensor& m2) {
+  TORCH_CHECK(m1.size(1) == m2.size(0), "mat1 and mat2 shapes cannot be multiplied (", m1.size(0),
+              "x", m1.size(1), " and ", m2.size(0), "x", m2.size(1), ")");
+}
+
+// addmm, _addmm_activation: then the shapes.
 void addmm_shapes(Args a) {
   addmm(a);
   const at::Tensor &m1 = a[1].toTensor(), &m2 = a[2].toTensor();
   TORCH_CHECK(m1.dim() == 2, "mat1 must be a matrix, got ", m1.dim(), "-D tensor");
   TORCH_CHECK(m2.dim() == 2, "mat2 must be a matrix, got ", m2.dim(), "-D tensor");
-  TORCH_CHECK(m1.size(1) == m2.size(0), "mat1 and mat2 shapes cannot be multiplied (", m1.size(0),
-              "x", m1.size(1), " and ", m2.size(0), "x", m2.size(1), ")");
+  multipliable(m1, m2);
 }
 
+// mm: the shapes before the dtypes, as the CPU.
 void mm(Args a) {
   const at::Tensor &m1 = a[0].toTensor(), &m2 = a[1].toTensor();
+  TORCH_CHECK(m1.dim() == 2, "self must be a matrix");
+  TORCH_CHECK(m2.dim() == 2, "mat2 must be a matrix");
+  multipliable(m1, m2);
   TORCH_CHECK(m1.dtype() == m2.dtype(),
               "expected m1 and m2 to have the same dtype, but got: ", m1.dtype(),
               " != ", m2.dtype());

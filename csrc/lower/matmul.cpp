@@ -96,7 +96,14 @@ Value with_precision(Context& c, Value lhs, Value rhs, ElementType result, const
     }
   } else if (t == ElementType::BF16 || t == ElementType::F16) {
     // PyTorch accumulates half types in float32; the products are exact in it.
-    // HIGHEST keeps a TPU from rounding float16 operands to bfloat16.
+    // HIGHEST keeps a TPU from rounding float16 operands to bfloat16. XLA's CPU
+    // runtime has no mixed BF16 x BF16 = F32 product for the dots it hands to its
+    // library (a transposed operand at batch 1): there the operands become
+    // float32 first, which gives the same exact products.
+    if (c.platform() == "cpu") {
+      lhs = convert(b, lhs, ElementType::F32);
+      rhs = convert(b, rhs, ElementType::F32);
+    }
     out = product(lhs, rhs, Precision::Highest, ElementType::F32);
   } else {
     // f64, c128 and integers (which wrap like PyTorch's in their own type).
