@@ -211,6 +211,15 @@ def test_searchsorted_side_sorter_nan():
     )
 
 
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_of_unsorted_sequences_searches_like_the_cpu(right):
+    # Undefined by the docs, but the CPU and CUDA run the same binary search: so does tpu.
+    seq = make((3, 9), torch.float32, low=-5, high=5)
+    values = make((3, 4), torch.float32, low=-5, high=5)
+    check(lambda s, v: torch.searchsorted(s, v, right=right), seq, values)
+    check(lambda s, v: torch.bucketize(v, s[0], right=right), seq, values)
+
+
 def test_bucketize():
     boundaries = torch.tensor([-1.0, 0.0, 0.5, 2.0, 2.0, 4.0])
     x = torch.tensor([[-2.0, -1.0, 0.25, 2.0], [3.0, 4.0, 9.0, NAN]])

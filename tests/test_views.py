@@ -362,3 +362,20 @@ def test_many_layouts_of_one_op_share_its_dense_program():
     # 216 layouts compiled a program each; now: 8 of them, the dense one, the copies in and
     # out of each layout and the clones.
     assert programs < 60, programs
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda x, out: torch.exp(x, out=out),
+        lambda x, out: torch.add(x, torch.ones(4, device=x.device), out=out),
+        lambda x, out: torch.mul(x, 2, out=out.double()),
+    ],
+)
+def test_a_resized_out_takes_the_layout_of_the_inputs(op):
+    # TensorIterator lays out an out= tensor it resizes as the functional result.
+    def strides(device):
+        x = torch.randn(2, 3, 8, device=device)[:, :, ::2].permute(1, 0, 2)
+        return op(x, torch.empty(0, device=device)).stride()
+
+    assert strides("tpu") == strides("cpu") == (4, 12, 1)

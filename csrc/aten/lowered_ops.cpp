@@ -32,7 +32,7 @@ struct MetaResult {
   std::vector<std::vector<std::optional<TensorMeta>>> returns;  // per return: its tensor(s)
   std::vector<bool> is_list;
   // Sizes the mutated arguments have after the call (out= tensors get resized).
-  std::vector<std::vector<std::vector<int64_t>>> mutated_sizes;
+  std::vector<std::vector<TensorMeta>> mutated;
 };
 
 struct Binding {
@@ -515,6 +515,15 @@ std::vector<std::optional<TensorMeta>> tensor_metas(const c10::IValue& v) {
 // What an in-place operator with no meta kernel (_fused_adam_.tensor_lr)
 // does to shapes: nothing. Its results are its mutated arguments, unresized.
 // nullopt for other operators (out= arguments may be resized).
+// Sizes and strides of each tensor of `v`.
+std::vector<TensorMeta> layouts(const c10::IValue& v) {
+  std::vector<TensorMeta> out;
+  for_each_tensor(v, [&](const at::Tensor& t) {
+    out.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+  });
+  return out;
+}
+
 std::optional<MetaResult> in_place_meta(const Binding& binding, const c10::FunctionSchema& schema,
                                         c10::ArrayRef<c10::IValue> args) {
   for (size_t m : binding.mutated) {
@@ -527,11 +536,7 @@ std::optional<MetaResult> in_place_meta(const Binding& binding, const c10::Funct
     result.is_list.push_back(!v.isTensor());
     result.returns.push_back(tensor_metas(v));
   }
-  for (size_t m : binding.mutated) {
-    std::vector<std::vector<int64_t>> sizes;
-    for_each_tensor(args[m], [&](const at::Tensor& t) { sizes.push_back(t.sizes().vec()); });
-    result.mutated_sizes.push_back(std::move(sizes));
-  }
+  for (size_t m : binding.mutated) result.mutated.push_back(layouts(args[m]));
   return result;
 }
 
@@ -578,11 +583,7 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
     result.is_list.push_back(!r.isTensor());
     result.returns.push_back(tensor_metas(r));
   }
-  for (const c10::IValue& v : mutated) {
-    std::vector<std::vector<int64_t>> sizes;
-    for_each_tensor(v, [&](const at::Tensor& t) { sizes.push_back(t.sizes().vec()); });
-    result.mutated_sizes.push_back(std::move(sizes));
-  }
+  for (const c10::IValue& v : mutated) result.mutated.push_back(layouts(v));
   return result;
 }
 
@@ -627,6 +628,25 @@ void type_tensor_lists(torch::jit::Stack& stack, const c10::FunctionSchema& sche
 // kernels do: out's dtype never changes the computation (two float16 33000s
 // add to inf in a float64 out too). False when the dtypes agree, the common
 // case, which the rule writes into out directly.
+// TensorIterator lays out an out= tensor it resizes as the functional form's
+// result (a permutation of its inputs' layout); PyTorch's meta kernels for the
+// out= forms make it contiguous.
+void lay_out_like_functional(const Binding& binding, c10::ArrayRef<c10::IValue> args, size_t m,
+                             const at::Tensor& out) {
+  if (!binding.functional || out.numel() == 0) return;
+  std::optional<MetaResult> meta = meta_results(*binding.functional, *binding.functional_op,
+                                                args.slice(0, binding.rule_args.size()));
+  if (!meta || m >= meta->returns.size() || meta->is_list[m] || !meta->returns[m].at(0)) return;
+  const TensorMeta& result = *meta->returns[m][0];
+  const int64_t itemsize = static_cast<int64_t>(out.dtype().itemsize());
+  if (out.sizes() != c10::IntArrayRef(result.sizes) ||
+      static_cast<int64_t>(at::detail::computeStorageNbytes(result.sizes, result.strides,
+                                                            itemsize)) != out.numel() * itemsize) {
+    return;  // not a dense layout of the same elements
+  }
+  out.as_strided_(result.sizes, result.strides);
+}
+
 bool computed_apart_from_out(const Binding& binding, torch::jit::Stack* stack,
                              c10::ArrayRef<c10::IValue> args) {
   if (!binding.functional) return false;
@@ -650,7 +670,10 @@ bool computed_apart_from_out(const Binding& binding, torch::jit::Stack* stack,
   for (size_t m = 0; m < binding.mutated.size(); ++m) {
     at::Tensor out = args[binding.mutated[m]].toTensor();
     const at::Tensor& result = functional.at(m).toTensor();
-    out.resize_(result.sizes());
+    if (out.sizes() != result.sizes()) {
+      out.resize_(result.sizes());
+      lay_out_like_functional(binding, args, m, out);
+    }
     out.copy_(result);
     outs.emplace_back(out);
   }
@@ -721,12 +744,14 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const bool in_place = !schema.arguments()[binding.mutated[m]].kwarg_only();
     size_t k = 0;
     for_each_tensor(args[binding.mutated[m]], [&](const at::Tensor& t) {
-      const auto& sizes = meta->mutated_sizes[m].at(k++);
+      const TensorMeta& after = meta->mutated[m].at(k++);
+      const auto& sizes = after.sizes;
       if (t.sizes() == c10::IntArrayRef(sizes)) return;
       if (binding.out_keeps_shape && t.numel() == c10::multiply_integers(sizes)) return;
       TORCH_CHECK(!in_place, "output with shape ", t.sizes(), " doesn't match the broadcast shape ",
                   c10::IntArrayRef(sizes));
       t.resize_(sizes);
+      lay_out_like_functional(binding, args, m, t);
     });
   }
 

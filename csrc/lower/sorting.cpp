@@ -360,29 +360,36 @@ Values mode(Context& c, const Args& a) {
 
 // ---------------------------------------------------------------- searches
 
-// Number of entries of the sorted last axis of `seq` that go before each
-// value: !(s >= v) (left) or !(s > v) (right), as PyTorch's binary search
-// tests, so NaN values land at the end.
+// Where each value goes in the sorted last axis of `seq`: PyTorch's binary
+// search, step for step (the first entry not below it, !(s >= v), or not above
+// it, !(s > v)), so NaN values land at the end and unsorted sequences give what
+// the CPU's and CUDA's searches give. Each of the sequence's bit width of
+// halvings gathers one entry per value.
 Value search(Builder& b, Value seq, Value values, bool right, ElementType out) {
   ElementType t = promote_types(seq.type(), values.type());
   seq = convert(b, seq, t);
   values = convert(b, values, t);
-  int64_t n = seq.dim(-1);
-  Dims dims = values.dims();
-  dims.push_back(n);
-  Dims value_map(values.rank());
-  for (int64_t d = 0; d < values.rank(); ++d) value_map[d] = d;
-  Dims seq_map;
-  if (seq.rank() == 1) {
-    seq_map = {values.rank()};
-  } else {
-    for (int64_t d = 0; d + 1 < seq.rank(); ++d) seq_map.push_back(d);
-    seq_map.push_back(values.rank());
+  const int64_t n = seq.dim(-1);
+  const int64_t rows = seq.shape.numel() / n;  // a 1-d seq serves every value
+  const Dims shape = values.dims();
+  Value v = b.reshape(values, {rows, values.shape.numel() / rows});
+  Value table = b.reshape(seq, {rows, n});
+  const Shape index{ElementType::S64, v.dims()};
+  Value start = b.full(index, 0), end = b.full(index, n);
+  Value one = b.full(index, 1), two = b.full(index, 2);
+  Dims with_vector{v.dim(0), v.dim(1), 1};
+  Value row = b.reshape(b.iota(index, 0), with_vector);
+  for (int64_t steps = n; steps > 0; steps >>= 1) {
+    Value open = b.compare(start, end, Comparison::LT);
+    Value mid = b.add(start, b.div(b.sub(end, start), two));
+    Value safe = b.select(open, mid, b.full(index, 0));
+    Value coords = b.concatenate({row, b.reshape(safe, with_vector)}, 2);
+    Value entry = b.gather(table, coords, hlo::GatherDims{{}, {0, 1}, {0, 1}, 2}, {1, 1});
+    Value below = b.not_(b.compare(entry, v, right ? Comparison::GT : Comparison::GE));
+    start = b.select(b.and_(open, below), b.add(mid, one), start);
+    end = b.select(b.and_(open, b.not_(below)), mid, end);
   }
-  Value s = b.broadcast_in_dim(seq, dims, seq_map);
-  Value v = b.broadcast_in_dim(values, dims, value_map);
-  Value before = b.not_(b.compare(s, v, right ? Comparison::GT : Comparison::GE));
-  return reduce_sum(b, b.convert(before, out), {values.rank()});
+  return b.reshape(b.convert(start, out), shape);
 }
 
 // seq reordered along its last axis by `sorter`.
