@@ -11,7 +11,9 @@ from torch_tpu.tools import pytorch_suites
 # A device-generic file written as PyTorch's are.
 SUITE = """
 import torch
-from torch.testing._internal.common_device_type import instantiate_device_type_tests
+from torch.testing._internal.common_device_type import (
+    instantiate_device_type_tests, onlyCPU, onlyCUDA,
+)
 from torch.testing._internal.common_utils import TestCase, run_tests, skipIfMps
 
 
@@ -30,6 +32,15 @@ class TestToy(TestCase):
 
     def test_device_type(self, device):
         self.assertEqual(self.device_type, "tpu")
+
+    # Twins whose CPU instances share a name, as in test_nn: the CPU re-run still collects.
+    @onlyCPU
+    def test_twin_cpu(self, device):
+        pass
+
+    @onlyCUDA
+    def test_twin(self, device):
+        pass
 
     # Expects the index check at the call: runs in the debug eager mode (LAUNCH_BLOCKING).
     def test_trivial_fancy_out_of_bounds(self, device):
@@ -65,11 +76,11 @@ def test_a_device_generic_file_runs_on_tpu(tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert (
-        "test_toy.py: 3 passed, 1 failed, 0 errors, 1 failing on the CPU too, 1 skipped"
+        "test_toy.py: 3 passed, 1 failed, 0 errors, 1 failing on the CPU too, 3 skipped"
         in out.stdout
     )
     text = report.read_text()
-    assert "| test_toy.py | 3 | 1 | 0 | 1 | 1 |" in text
+    assert "| test_toy.py | 3 | 1 | 0 | 1 | 3 |" in text
     assert "**3 of 4 tests that ran passed (75.0%)**, not counting 1 that fail on the CPU" in text
     assert "| 1 | `AssertionError: String comparison failed: '…' != '…'` |" in text
     assert "test_toy.py::test_on_the_host_tpu" in text  # the failure's example
