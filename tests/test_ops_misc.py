@@ -7,7 +7,7 @@ import torch
 from op_utils import check, fallbacks, to_tpu
 from torch.testing import make_tensor
 
-import torch_tpu  # noqa: F401
+import torch_tpu
 
 FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 aten = torch.ops.aten
@@ -442,3 +442,44 @@ def test_histc_integers_count_like_cuda():
     got = torch.histc(ids.int().to("tpu"), bins=3, min=1, max=6).cpu()
     want = torch.bincount(((ids[(ids >= 1) & (ids <= 6)] - 1) * 3 // 5).clamp(max=2), minlength=3)
     assert torch.equal(got, want.int())
+
+
+# ---------------------------------------------------------------- isclose
+
+NAN, INF = float("nan"), float("inf")
+CLOSENESS_VALUES = {
+    "real": [0.0, 1.0, -1.0, 1e-8, 1e-3, 1e5, NAN, INF, -INF, 3.0, 1 + 1e-5, 2**-20],
+    "complex": [0, 1, 1j, complex(NAN, 0), complex(INF, 1), complex(1, -INF), 1 + 1e-6j, 3 - 2j],
+    "int": [0, 1, -1, 5, 100, -128, 127],
+}
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
+     torch.complex128, torch.int64, torch.int8, torch.bool],
+    ids=str,
+)  # fmt: skip
+@pytest.mark.parametrize("rtol,atol", [(0, 0), (1e-5, 1e-8), (1.3e-6, 1e-5), (0.1, 2.0)])
+@pytest.mark.parametrize("equal_nan", [False, True])
+def test_isclose_is_exactly_the_cpus(dtype, rtol, atol, equal_nan):
+    kind = "complex" if dtype.is_complex else "real" if dtype.is_floating_point else "int"
+    values = torch.tensor(CLOSENESS_VALUES[kind]).to(dtype)
+    pairs = torch.cartesian_prod(torch.arange(len(values)), torch.arange(len(values)))
+    x, y = values[pairs[:, 0]], values[pairs[:, 1]]
+    if dtype.is_floating_point:  # neighbours just inside and outside the tolerances
+        y = torch.cat([y, (x.double() * (1 + 1e-6)).to(dtype), (x.double() + 1e-8).to(dtype)])
+        x = torch.cat([x, x, x])
+    expected = torch.isclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    got = torch.isclose(x.to("tpu"), y.to("tpu"), rtol=rtol, atol=atol, equal_nan=equal_nan)
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_assert_close_of_tpu_tensors_compiles_two_programs():
+    # PyTorch's composite isclose ran a dozen ops, each a program per new shape.
+    a = torch.randn(3, 11, device="tpu")
+    before = torch_tpu.metrics()["cache_misses"]
+    torch.testing.assert_close(a, a.clone())
+    assert torch_tpu.metrics()["cache_misses"] - before <= 3  # clone, isclose, all
+    with pytest.raises(RuntimeError, match="Float did not match Double"):
+        torch.isclose(a, a.double())

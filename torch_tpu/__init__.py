@@ -66,7 +66,7 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from . import _meta, _module_conversion, _stablehlo_call, backends, dynamism  # noqa: F401 (ops)
+    from . import _isclose, _meta, _module_conversion, _stablehlo_call, backends, dynamism  # noqa: F401
 
     backends._install()
     _module_conversion.install()

@@ -771,6 +771,35 @@ std::vector<Value> compare(Context& c, const Args& a) {
   return {cmp(c.b, v[0], v[1], D)};
 }
 
+// torch_tpu::isclose(self, other, rtol, atol, equal_nan), for floating and complex
+// inputs of one dtype (the aten::isclose kernel sends the others to PyTorch's
+// composite): that composite's ops in one program instead of a dozen, each step
+// computed in its eager op's type (float32 for half types) and rounded to the
+// inputs' type as that op rounds it.
+std::vector<Value> isclose(Context& c, const Args& a) {
+  Builder& b = c.b;
+  auto v = broadcast_all(b, {a.tensor(0), a.tensor(1)});
+  const Value &x = v[0], &y = v[1];
+  const double rtol = a.real(2), atol = a.real(3);
+  Value close = b.compare(x, y, Comparison::EQ);
+  if (a.boolean(4)) close = b.or_(close, b.and_(is_nan(b, x), is_nan(b, y)));
+  if (rtol == 0 && atol == 0) return {close};
+  const ET t = x.type();
+  auto op = [&](const Value& z) {  // z in its eager ops' computing type
+    return z.type() == ET::BF16 || z.type() == ET::F16 ? convert(b, z, ET::F32) : z;
+  };
+  // |rtol * other|: a real factor scales both parts of a complex value.
+  Value scaled = is_complex(t) ? b.complex(b.mul(b.real(y), k(b, b.real(y), rtol)),
+                                           b.mul(b.imag(y), k(b, b.imag(y), rtol)))
+                               : convert(b, b.mul(op(y), k(b, op(y), rtol)), t);
+  Value magnitude = b.abs(scaled);  // real for complex values
+  const ET real = magnitude.type();
+  Value allowed = convert(b, b.add(k(b, op(magnitude), atol), op(magnitude)), real);
+  Value actual = b.abs(is_complex(t) ? b.sub(x, y) : convert(b, b.sub(op(x), op(y)), t));
+  Value within = b.and_(b.is_finite(actual), b.compare(actual, allowed, Comparison::LE));
+  return {b.or_(close, within)};
+}
+
 // ================================================================ logical / bitwise
 
 using PredFn = Value (Builder::*)(const Value&, const Value&);
@@ -937,6 +966,7 @@ ELEMENTWISE(clamp_max, "clamp_max", "clamp_max.Tensor");
 
 // comparisons
 ELEMENTWISE(compare<Comparison::EQ>, "eq.Tensor", "eq.Scalar");
+TPU_LOWERING(isclose, "torch_tpu::isclose");
 ELEMENTWISE(compare<Comparison::NE>, "ne.Tensor", "ne.Scalar");
 ELEMENTWISE(compare<Comparison::LT>, "lt.Tensor", "lt.Scalar");
 ELEMENTWISE(compare<Comparison::LE>, "le.Tensor", "le.Scalar");
