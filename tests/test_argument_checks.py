@@ -267,6 +267,9 @@ for _name in ("nansum", "argmax", "argmin", "sum"):
 CASES["addmm_shapes"] = lambda d: torch.addmm(
     ones(0, 0, device=d), ones(0, 1, device=d), ones(0, 0, device=d)
 )
+CASES["isposinf_out_int"] = lambda d: torch.isposinf(
+    ones(2, device=d), out=ones(2, dtype=torch.int32, device=d)
+)
 CASES["mm_shapes"] = lambda d: torch.mm(ones(2, 3, device=d), ones(2, 2, dtype=L, device=d))
 CASES["mm_vector"] = lambda d: torch.mm(ones(2, 2, device=d), ones(2, device=d))
 CASES["addr_float_beta_ints"] = lambda d: torch.addr(

@@ -149,6 +149,16 @@ def test_unary_math_complex(op):
     check(getattr(torch, op), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_abs_of_infinite_parts_is_infinite(dtype):
+    inf, nan = math.inf, math.nan
+    z = torch.tensor([complex(inf, nan), complex(nan, inf), complex(-inf, nan), complex(nan, nan),
+                      complex(inf, 1), complex(3, 4)], dtype=dtype)  # fmt: skip
+    expected = torch.tensor([inf, inf, inf, nan, inf, 5.0], dtype=z.real.dtype)
+    torch.testing.assert_close(z.to("tpu").abs().cpu(), z.abs(), equal_nan=True)
+    torch.testing.assert_close(z.abs(), expected, equal_nan=True)
+
+
 @pytest.mark.parametrize("op", ["sinh", "cosh", "tan", "exp2"])
 def test_unary_math_complex_from_parts(op):
     x = make((3, 4), torch.complex64, low=-3, high=3)

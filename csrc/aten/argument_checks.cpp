@@ -345,6 +345,15 @@ void bool_result(Args a) {
 
 constexpr char kAll[] = "all", kAny[] = "any";
 
+// isposinf, isneginf (self, out): the CPU's out check.
+template <const char* name>
+void bool_out(Args a) {
+  TORCH_CHECK(a.size() < 2 || dtype(a.back()) == at::kBool, name,
+              " does not support non-boolean outputs.");
+}
+
+constexpr char kIsposinf[] = "isposinf", kIsneginf[] = "isneginf";
+
 constexpr char kMedian[] = "median()", kMode[] = "mode()", kMax[] = "max()", kMin[] = "min()",
                kArgmax[] = "argmax()", kArgmin[] = "argmin()", kAmax[] = "amax()",
                kAmin[] = "amin()";
@@ -872,6 +881,8 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::any", bool_result<kAny>},
       {"aten::any.dims", bool_result<kAny>},
       {"aten::any.all", bool_result<kAny>},
+      {"aten::isposinf", bool_out<kIsposinf>},  // isposinf.out
+      {"aten::isneginf", bool_out<kIsneginf>},
       {"aten::kthvalue", kthvalue},
       {"aten::kthvalue.values", kthvalue},
       {"aten::max.dim", reduction<kMax>},

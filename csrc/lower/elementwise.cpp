@@ -300,7 +300,11 @@ std::vector<Value> abs(Context& c, const Args& a) {
   Value x = a.tensor(0);
   require(x.type() != ET::Pred, c, x.type());
   if (is_unsigned(x.type())) return {x};
-  return {c.b.abs(x)};  // complex: the real magnitude
+  Value magnitude = c.b.abs(x);  // complex: the real magnitude
+  if (!is_complex(x.type())) return {magnitude};
+  // An infinite part makes it infinite, NaN in the other part or not (C's cabs);
+  // XLA's gives NaN for (NaN, inf).
+  return {c.b.select(is_inf(c.b, x), k(c.b, magnitude, INFINITY), magnitude)};
 }
 
 // sign(NaN) is 0 on the CPU: (0 < x) - (x < 0).
