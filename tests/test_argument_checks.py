@@ -281,6 +281,9 @@ CASES["addr_bool_alpha_ints"] = lambda d: torch.addr(
 CASES["cholesky_inverse_out_dtype"] = lambda d: torch.cholesky_inverse(
     torch.eye(2, device=d), out=ones(2, 2, dtype=torch.int32, device=d)
 )
+CASES["eigh_out_dtype"] = lambda d: torch.linalg.eigh(
+    torch.eye(2, device=d), out=(ones(0, device=d), ones(0, dtype=torch.int32, device=d))
+)
 CASES["cholesky_ex_check_errors"] = lambda d: torch.linalg.cholesky_ex(
     torch.zeros(2, 2, device=d), check_errors=True
 )

@@ -294,7 +294,10 @@ def same_up_to_phase(actual, expected, tol):
     torch.testing.assert_close(actual * phase, expected, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("dtype,uplo", [(torch.float32, "L"), (torch.complex64, "U")])
+@pytest.mark.parametrize(
+    "dtype,uplo",
+    [(torch.float32, "L"), (torch.complex64, "U"), (torch.float64, "l"), (torch.float64, "u")],
+)
 def test_eigh(dtype, uplo):
     a = make(3, 6, 6, dtype=dtype)
     close(lambda x: torch.linalg.eigvalsh(x, UPLO=uplo), a, dtype=dtype)

@@ -379,3 +379,21 @@ def test_a_resized_out_takes_the_layout_of_the_inputs(op):
         return op(x, torch.empty(0, device=device)).stride()
 
     assert strides("tpu") == strides("cpu") == (4, 12, 1)
+
+
+def test_a_resized_out_warns_on_every_call_in_the_cpus_words():
+    import warnings
+
+    def messages(device):
+        a = torch.eye(3, device=device)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):  # the second call hits every cache
+                outs = (torch.empty(7, 7, device=device), torch.empty(7, 7, device=device))
+                torch.linalg.eigh(a, out=outs)
+                torch.exp(a, out=torch.empty(2, device=device))
+        return sorted(str(w.message) for w in caught)
+
+    cpu = messages("cpu")
+    assert len(cpu) == 6 and "[7, 7], which does not match the required output shape" in cpu[-1]
+    assert messages("tpu") == cpu

@@ -6,6 +6,8 @@
 // into their mutated arguments.
 #include "aten/lowered_ops.h"
 
+#include <ATen/native/Resize.h>
+
 #include <unordered_map>
 
 #include "aten/argument_checks.h"
@@ -570,6 +572,7 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
   for (size_t m : binding.mutated) mutated.push_back(meta_stack[m]);
   try {
     MetaDeterminism deterministic_meta;
+    QuietMetaResizes quiet;
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
   } catch (const c10::NotImplementedError&) {
     return in_place_meta(binding, op.schema(), args);
@@ -671,7 +674,7 @@ bool computed_apart_from_out(const Binding& binding, torch::jit::Stack* stack,
     at::Tensor out = args[binding.mutated[m]].toTensor();
     const at::Tensor& result = functional.at(m).toTensor();
     if (out.sizes() != result.sizes()) {
-      out.resize_(result.sizes());
+      at::native::resize_output(out, result.sizes());
       lay_out_like_functional(binding, args, m, out);
     }
     out.copy_(result);
@@ -750,7 +753,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       if (binding.out_keeps_shape && t.numel() == c10::multiply_integers(sizes)) return;
       TORCH_CHECK(!in_place, "output with shape ", t.sizes(), " doesn't match the broadcast shape ",
                   c10::IntArrayRef(sizes));
-      t.resize_(sizes);
+      at::native::resize_output(t, sizes);  // warns as the CPU does, on every call
       lay_out_like_functional(binding, args, m, t);
     });
   }

@@ -34,39 +34,47 @@ std::string message_of(py::handle value) {
   }
 }
 
-// "float32" (of torch.float32) -> Float, the name the CPU's messages use.
-std::string scalar_type_name(const std::string& python_name) {
+// torch.float32 by its Python name ("float32").
+c10::ScalarType scalar_type(const std::string& python_name) {
   py::object dtype = py::module_::import("torch").attr(python_name.c_str());
-  if (!THPDtype_Check(dtype.ptr())) return python_name;
-  return c10::toString(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+  TORCH_INTERNAL_ASSERT(THPDtype_Check(dtype.ptr()), python_name, " is not a dtype");
+  return reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
 }
 
-// Linear algebra ops whose CPU kernels check out= with checkLinalgCompatibleDtype,
-// by the name they give it.
-const char* linalg_out_check_name(const std::string& op) {
+// Ops whose CPU kernels do not word an out= dtype they cannot cast into as
+// TensorIterator does: linear algebra's checkLinalgCompatibleDtype (by the name
+// it gives the op), or a structured kernel's own out check ("").
+const char* own_out_check(const std::string& op) {
   static const std::unordered_map<std::string, const char*> names = {
       {"aten::cholesky_inverse", "cholesky_inverse"},
       {"aten::cholesky_solve", "cholesky_solve"},
       {"aten::linalg_pinv", "linalg.pinv"},
+      {"aten::_linalg_eigh", ""},
   };
   auto it = names.find(op);
   return it == names.end() ? nullptr : it->second;
 }
 
-// The CPU's wording of an out= cast that is not allowed (TensorIterator's, or
-// linear algebra's own).
+// The CPU's wording of an out= cast that is not allowed.
 std::string cpu_wording(const std::string& message, const std::string& op) {
   static const std::regex unsafe_cast(
       "Attempting to cast from torch\\.(\\w+) to out tensor with dtype torch\\.(\\w+), but this "
       "can't be cast because it is not safe!");
   std::smatch m;
   if (!std::regex_search(message, m, unsafe_cast)) return message;
-  std::string from = scalar_type_name(m[1]), to = scalar_type_name(m[2]);
-  if (const char* linalg = linalg_out_check_name(op)) {
-    return std::string(linalg) + ": Expected result to be safely castable from " + from +
-           " dtype, but got result with dtype " + to;
+  c10::ScalarType from = scalar_type(m[1]), to = scalar_type(m[2]);
+  const char* own = own_out_check(op);
+  if (own && *own) {
+    return std::string(own) + ": Expected result to be safely castable from " +
+           c10::toString(from) + " dtype, but got result with dtype " + c10::toString(to);
   }
-  return "result type " + from + " can't be cast to the desired output type " + to;
+  if (own) {  // caffe2's type names: "float", "int", "c10::complex<float>"
+    return "Expected out tensor to have dtype " +
+           std::string(c10::scalarTypeToTypeMeta(from).name()) + ", but got " +
+           std::string(c10::scalarTypeToTypeMeta(to).name()) + " instead";
+  }
+  return "result type " + std::string(c10::toString(from)) +
+         " can't be cast to the desired output type " + c10::toString(to);
 }
 
 // The CPU's form of a meta kernel's Python error: AssertionError (linalg's
@@ -105,6 +113,45 @@ void rethrow_meta_error(std::exception_ptr error, const c10::OperatorName& op) {
     if (!message) throw;
   }
   TORCH_CHECK(false, *message);
+}
+
+namespace {
+
+constexpr char kResized[] = "An output with one or more elements was resized";
+
+// C++ meta kernels' TORCH_WARN.
+class ResizeWarningFilter final : public c10::WarningHandler {
+ public:
+  explicit ResizeWarningFilter(c10::WarningHandler* next) : next_(next) {}
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().rfind(kResized, 0) != 0) next_->process(warning);
+  }
+
+ private:
+  c10::WarningHandler* next_;
+};
+
+}  // namespace
+
+// Python meta kernels' warnings.warn, filtered for the call's duration.
+struct QuietMetaResizes::State {
+  ResizeWarningFilter filter{c10::WarningUtils::get_warning_handler()};
+  c10::WarningUtils::WarningHandlerGuard guard{&filter};
+  py::object python;  // warnings.catch_warnings()
+};
+
+QuietMetaResizes::QuietMetaResizes() : state_(std::make_unique<State>()) {
+  py::gil_scoped_acquire gil;
+  py::module_ warnings = py::module_::import("warnings");
+  state_->python = warnings.attr("catch_warnings")();
+  state_->python.attr("__enter__")();
+  warnings.attr("filterwarnings")("ignore", py::arg("message") = kResized);
+}
+
+QuietMetaResizes::~QuietMetaResizes() {
+  py::gil_scoped_acquire gil;
+  state_->python.attr("__exit__")(py::none(), py::none(), py::none());
+  state_->python = py::object();
 }
 
 }  // namespace torch_tpu::aten

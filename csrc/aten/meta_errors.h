@@ -4,6 +4,7 @@
 #include <ATen/core/operator_name.h>
 
 #include <exception>
+#include <memory>
 
 namespace torch_tpu::aten {
 
@@ -14,5 +15,21 @@ namespace torch_tpu::aten {
 // references word otherwise (an unsafe cast into out=) or give as a tuple of strings
 // take the CPU's words; `op` is the operator whose meta kernel failed.
 [[noreturn]] void rethrow_meta_error(std::exception_ptr error, const c10::OperatorName& op);
+
+// Drops, while it lives, the warnings meta kernels give when they resize an out=
+// tensor (PyTorch's Python references word them otherwise, and a cached meta result
+// would give them once): the kernel warns at its own resize, on every call, as the
+// CPU's. Other warnings pass.
+class QuietMetaResizes {
+ public:
+  QuietMetaResizes();
+  ~QuietMetaResizes();
+  QuietMetaResizes(const QuietMetaResizes&) = delete;
+  QuietMetaResizes& operator=(const QuietMetaResizes&) = delete;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace torch_tpu::aten

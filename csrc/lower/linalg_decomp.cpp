@@ -404,7 +404,8 @@ Values linalg_eigh(Context& c, const Args& a) {
   Value x = a.tensor(0);
   require_floating(x);
   if (x.shape.numel() == 0) return {b.full(c.output(0), 0.0), b.full(c.output(1), 0.0)};
-  auto [values, vectors] = eigh(b, hermitian_from(b, x, a.str(1) != "U"));
+  const std::string& uplo = a.str(1);  // "L", "U", "l" or "u" (PyTorch checked)
+  auto [values, vectors] = eigh(b, hermitian_from(b, x, uplo == "L" || uplo == "l"));
   if (!a.boolean(2)) vectors = b.full(c.output(1), 0.0);
   return {values, vectors};
 }
