@@ -43,6 +43,8 @@ BY_DESIGN: dict[str, str] = {
     "test_fill_all_dtypes_and_devices_tpu": "it fills complex32 tensors too",
     "test_tensor_factories_empty_tpu": "it makes complex32 tensors too",
     "test_torch_complex_tpu_float16": "complex() of float16 parts is complex32",
+    # torch.complex of float16 parts, a complex scalar ** a float16 tensor.
+    "complex_tpu_float16": "it makes complex32 tensors from float16 ones",
     "test_complex_half_tpu": "it makes complex32 tensors",
     "test_complex_promotion_tpu": "it promotes to complex32 too",
     "test_complex_assertraises_tpu": "it makes complex32 tensors too",
