@@ -125,7 +125,8 @@ test-suites-sample: build
 	else echo "no PyTorch test files at $(PYTORCH_TESTS): the suites' sample is skipped"; fi
 
 test-suites: build
-	$(PY) -m torch_tpu.tools.pytorch_suites --tests $(PYTORCH_TESTS) --report docs/pytorch_suites.md
+	$(PY) -m torch_tpu.tools.pytorch_suites --tests $(PYTORCH_TESTS) --timeout 7200 \
+		--report docs/pytorch_suites.md --outcomes pytorch_suites_outcomes.jsonl
 
 test-all:
 	$(MAKE) test DEBUG_TESTS=tests STRICT_ONLY= PER_OP_TESTS=

@@ -75,6 +75,9 @@ BY_DESIGN: dict[str, str] = {
     # Off the CPU the file expects CUDA's refusal of lstsq drivers other than gels; tpu
     # takes the CPU's drivers and refuses others in the CPU's words.
     "test_linalg_lstsq_input_checks_tpu": "it expects CUDA's lstsq driver message off the CPU",
+    # CPU and CUDA copy non-contiguous operands of searchsorted and warn that they do; tpu
+    # reads them in place and has nothing to warn about.
+    "TestReductionsTPU::test_bucketization_tpu": "it expects a warning about copying strided operands",
     # Off the CPU the file expects CUDA's bit patterns for the undefined int64 x % 0.
     "test_fmod_remainder_by_zero_integral_tpu_int64": "it expects CUDA's int64 x % 0 pattern",
 }
