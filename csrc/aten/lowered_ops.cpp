@@ -28,7 +28,7 @@ namespace {
 // What PyTorch's meta kernel says about a call's results.
 struct TensorMeta {
   std::vector<int64_t> sizes, strides;
-  at::ScalarType dtype;
+  at::ScalarType dtype = at::ScalarType::Undefined;
 };
 struct MetaResult {
   std::vector<std::vector<std::optional<TensorMeta>>> returns;  // per return: its tensor(s)
@@ -521,7 +521,9 @@ std::vector<std::optional<TensorMeta>> tensor_metas(const c10::IValue& v) {
 std::vector<TensorMeta> layouts(const c10::IValue& v) {
   std::vector<TensorMeta> out;
   for_each_tensor(v, [&](const at::Tensor& t) {
-    out.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+    // An undefined stand-in (of batch norm's empty running stats) has sizes, not strides.
+    out.push_back({t.sizes().vec(), t.defined() ? t.strides().vec() : std::vector<int64_t>{},
+                   t.defined() ? t.scalar_type() : at::ScalarType::Undefined});
   });
   return out;
 }
