@@ -687,3 +687,21 @@ def test_backward(fn):
         return x.grad, y.grad
 
     check(grads, a, b)
+
+
+@pytest.mark.parametrize(
+    "op", [torch.div, torch.atan2, lambda x, y: torch.exp(x % 7), lambda x, y: torch.sigmoid(y)]
+)
+def test_integers_compute_in_the_default_dtype(op):
+    # Under set_default_dtype(float64) integer inputs give float64 results computed in
+    # float64, as on the CPU (they were computed in float32 and widened).
+    x = torch.tensor([-1539066660, 255357750, 7, -3], dtype=torch.int32)
+    y = torch.tensor([-550211168, 1774280610, 3, 5], dtype=torch.int32)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        expected, got = op(x, y), op(x.to("tpu"), y.to("tpu"))
+    finally:
+        torch.set_default_dtype(previous)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-15, atol=0)

@@ -442,6 +442,8 @@ void nan_to_num_out(Args a) {
 
 // heaviside(self, values[, out]): one dtype throughout.
 void heaviside(Args a) {
+  TORCH_CHECK(!at::isComplexType(dtype(a[0])) && !at::isComplexType(dtype(a[1])),
+              "heaviside is not yet implemented for complex tensors.");
   const bool same = dtype(a[0]) == dtype(a[1]) && (a.size() < 3 || dtype(a[2]) == dtype(a[0]));
   TORCH_CHECK(same, "heaviside is not yet implemented for tensors with different dtypes.");
 }

@@ -94,6 +94,14 @@ std::vector<Value> exact_all(Builder& b, const std::vector<const Operand*>& ops,
 // A constant shaped and typed like `like`.
 Value k(Builder& b, const Value& like, double v) { return b.full(like.shape, v); }
 
+// The type integer and bool inputs compute in: the result's, which PyTorch makes
+// the default dtype (float64 under torch.set_default_dtype(torch.float64)).
+ET floating_type(const Context& c, ET t) {
+  if (is_floating(t) || is_complex(t)) return t;
+  ET result = c.output(0).type;
+  return is_floating(result) ? result : ET::F32;
+}
+
 Value cmp(Builder& b, const Value& x, const Value& y, Comparison d) { return b.compare(x, y, d); }
 Value cmp(Builder& b, const Value& x, double y, Comparison d) { return cmp(b, x, k(b, x, y), d); }
 
@@ -307,7 +315,7 @@ Value reciprocal_of(Builder& b, const Value& x) { return b.div(k(b, x, 1), x); }
 template <UnaryFn F, bool Complex>
 std::vector<Value> unary_math(Context& c, const Args& a) {
   const Operand& x = a.operand(0);
-  ET t = to_floating(x.value.type());
+  ET t = floating_type(c, x.value.type());
   require(Complex || !is_complex(t), c, t);
   return {F(c.b, lift(c.b, x, t))};
 }
@@ -542,7 +550,7 @@ std::vector<Value> div(Context& c, const Args& a) {
   ET t = result_type({&x, &y});
   Builder& b = c.b;
   if (mode.empty()) {
-    t = to_floating(t);
+    t = floating_type(c, t);
     auto v = broadcast_all(b, {lift(b, x, t), lift_scalar(b, y, t)});
     return {b.div(v[0], v[1])};
   }
@@ -651,12 +659,12 @@ std::vector<Value> pow(Context& c, const Args& a) {
 
 // ---------------------------------------------------------------- binary math
 
-// Binary functions of floating inputs (integers promote to float32).
+// Binary functions of floating inputs (integers promote to the default dtype).
 using BinaryFn = Value (*)(Builder&, const Value&, const Value&);
 
 template <BinaryFn F>
 std::vector<Value> binary_math(Context& c, const Args& a) {
-  ET t = to_floating(common_type(a, {0, 1}));
+  ET t = floating_type(c, common_type(a, {0, 1}));
   require(!is_complex(t), c, t);
   auto v = lift_all(c.b, {&a.operand(0), &a.operand(1)}, t);
   return {F(c.b, v[0], v[1])};

@@ -45,6 +45,7 @@ BY_DESIGN: dict[str, str] = {
     "test_torch_complex_tpu_float16": "complex() of float16 parts is complex32",
     # torch.complex of float16 parts, a complex scalar ** a float16 tensor.
     "complex_tpu_float16": "it makes complex32 tensors from float16 ones",
+    "TestBinaryUfuncsTPU::test_pow_tpu_float16": "a complex scalar ** a float16 tensor is complex32",
     "test_complex_half_tpu": "it makes complex32 tensors",
     "test_complex_promotion_tpu": "it promotes to complex32 too",
     "test_complex_assertraises_tpu": "it makes complex32 tensors too",
@@ -78,8 +79,8 @@ BY_DESIGN: dict[str, str] = {
     # CPU and CUDA copy non-contiguous operands of searchsorted and warn that they do; tpu
     # reads them in place and has nothing to warn about.
     "TestReductionsTPU::test_bucketization_tpu": "it expects a warning about copying strided operands",
-    # Off the CPU the file expects CUDA's bit patterns for the undefined int64 x % 0.
-    "test_fmod_remainder_by_zero_integral_tpu_int64": "it expects CUDA's int64 x % 0 pattern",
+    # Off the CPU the file expects CUDA's bit patterns for the undefined integer x % 0.
+    "test_fmod_remainder_by_zero_integral_tpu": "it expects CUDA's bit patterns for x % 0",
 }
 
 # Tests that expect a check of data (an out-of-range index, a source smaller than the mask)
