@@ -224,6 +224,15 @@ def test_gcd_lcm(dtype):
     check(torch.gcd, a, b[:1])
     check(lambda x, y: x.gcd_(y), a, b)
     check(lambda x, y, o: torch.lcm(x, y, out=o), a, b, torch.empty(5, 6, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16])
+def test_lcm_of_narrow_integers_wraps_like_cs(dtype):
+    # C++ computes abs(a / g * b) in int and keeps the low bits: int16 lcm(-1113, -10701)
+    # is -27625 on the CPU and in NumPy.
+    v = torch.tensor([-1113, 1113, -10701, 10701, 97, -100, 127]).to(dtype)
+    pairs = torch.cartesian_prod(v, v)
+    check(torch.lcm, pairs[:, 0].contiguous(), pairs[:, 1].contiguous())
     check(torch.gcd, torch.tensor(0, dtype=dtype), torch.tensor(0, dtype=dtype))
 
 

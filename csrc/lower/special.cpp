@@ -1151,9 +1151,13 @@ std::vector<Value> gcd_lcm(Context& c, const Args& a) {
   Value g = gcd_of(b, v[0], v[1]);
   if (!Lcm) return {g};
   Value zero = cmp(b, g, 0, Comparison::EQ);
-  Value l = b.mul(b.div(v[0], b.select(zero, k(b, g, 1), g)), v[1]);
-  if (!is_unsigned(t)) l = b.abs(l);
-  return {where(b, zero, 0, l)};
+  // C++ computes abs(a / g * b) of 8- and 16-bit types in int, then keeps the low
+  // bits: int16 lcm(-1113, -10701) is -27625 on the CPU, as in NumPy.
+  const ET wide = element_size(t) < 4 ? ET::S32 : t;
+  Value l =
+      b.mul(convert(b, b.div(v[0], b.select(zero, k(b, g, 1), g)), wide), convert(b, v[1], wide));
+  if (!is_unsigned(wide)) l = b.abs(l);
+  return {where(b, zero, 0, convert(b, l, t))};
 }
 
 // frexp.Tensor(Tensor self) -> (Tensor mantissa, Tensor exponent): mantissa
