@@ -51,6 +51,14 @@ class TestToy(TestCase):
 
 instantiate_device_type_tests(TestToy, globals())
 
+
+class TestOffCpu(TestCase):  # no CPU class: the CPU re-run has nothing to run for it
+    def test_fails_off_the_cpu(self, device):
+        self.assertEqual(device, "cpu")
+
+
+instantiate_device_type_tests(TestOffCpu, globals(), except_for="cpu")
+
 if __name__ == "__main__":
     run_tests()
 """
@@ -76,13 +84,13 @@ def test_a_device_generic_file_runs_on_tpu(tmp_path):
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert (
-        "test_toy.py: 3 passed, 1 failed, 0 errors, 1 failing on the CPU too, 3 skipped"
+        "test_toy.py: 3 passed, 2 failed, 0 errors, 1 failing on the CPU too, 3 skipped"
         in out.stdout
     )
     text = report.read_text()
-    assert "| test_toy.py | 3 | 1 | 0 | 1 | 3 |" in text
-    assert "**3 of 4 tests that ran passed (75.0%)**, not counting 1 that fail on the CPU" in text
-    assert "| 1 | `AssertionError: String comparison failed: '…' != '…'` |" in text
+    assert "| test_toy.py | 3 | 2 | 0 | 1 | 3 |" in text
+    assert "**3 of 5 tests that ran passed (60.0%)**, not counting 1 that fail on the CPU" in text
+    assert "| 2 | `AssertionError: String comparison failed: '…' != '…'` |" in text
     assert "test_toy.py::test_on_the_host_tpu" in text  # the failure's example
     outcomes = [json.loads(line) for line in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
     add = next(o for o in outcomes if o["test"].endswith("test_add_tpu"))

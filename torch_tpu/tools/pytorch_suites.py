@@ -62,10 +62,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def session(
-    targets: list[str], device: str, args: argparse.Namespace, workdir: Path, name: str
+    path: Path,
+    device: str,
+    args: argparse.Namespace,
+    workdir: Path,
+    name: str,
+    only: list[str] | None = None,
 ) -> tuple[list[dict], str]:
-    """One pytest session of ``targets`` (files or test ids) instantiated for ``device``;
-    returns the outcomes (one dict per test) and how the session ended."""
+    """One pytest session of the file ``path`` instantiated for ``device`` (of its tests
+    ``only``, ids relative to the test folder, when given); returns the outcomes (one dict
+    per test) and how the session ended."""
     results = workdir / f"{name}.jsonl"
     results.unlink(missing_ok=True)
     # Not an xdist worker's variables, when this runs under pytest itself.
@@ -80,10 +86,12 @@ def session(
         TORCH_TPU_FALLBACK="silent",
         PYTHONDONTWRITEBYTECODE="1",
     )
-    argsfile = workdir / f"{name}.args"  # test ids can be many: pytest reads @file
-    argsfile.write_text("\n".join(targets))
+    if only is not None:
+        only_file = workdir / f"{name}.only"
+        only_file.write_text("\n".join(only))
+        env["TORCH_TPU_SUITE_ONLY"] = str(only_file)
     cmd = [
-        sys.executable, "-m", "pytest", f"@{argsfile}", "-p", PLUGIN, "-q",
+        sys.executable, "-m", "pytest", str(path), "-p", PLUGIN, "-q",
         "-n", str(args.workers), "-p", "no:cacheprovider", "--tb=no", "-o", "addopts=",
         "--continue-on-collection-errors", "--rootdir", str(args.tests),
     ]  # fmt: skip
@@ -124,7 +132,7 @@ def run_file(path: Path, args: argparse.Namespace, workdir: Path) -> dict:
     """Runs a file on tpu, then its failures on the CPU: a failure the CPU shares is the test
     file's (it is older than the installed torch), not the backend's."""
     start = time.monotonic()
-    outcomes, ending = session([str(path)], "tpu", args, workdir, path.stem)
+    outcomes, ending = session(path, "tpu", args, workdir, path.stem)
     seconds = time.monotonic() - start
     failed = {
         cpu: o
@@ -132,9 +140,7 @@ def run_file(path: Path, args: argparse.Namespace, workdir: Path) -> dict:
         if o["outcome"] in ("failed", "error") and (cpu := cpu_counterpart(o["test"]))
     }
     if failed:
-        on_cpu, _ = session(
-            [str(args.tests / t) for t in failed], "cpu", args, workdir, path.stem + "-cpu"
-        )
+        on_cpu, _ = session(path, "cpu", args, workdir, path.stem + "-cpu", only=list(failed))
         for o in on_cpu:
             if o["outcome"] in ("failed", "error") and o["test"] in failed:
                 failed[o["test"]]["outcome"] = "cpu too"
