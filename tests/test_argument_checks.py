@@ -273,6 +273,9 @@ CASES["isposinf_out_int"] = lambda d: torch.isposinf(
 CASES["heaviside_complex_before_dtypes"] = lambda d: torch.heaviside(
     ones(2, dtype=torch.complex64, device=d), ones(2, dtype=torch.complex128, device=d)
 )
+CASES["heaviside_complex_out"] = lambda d: torch.heaviside(
+    ones(2, device=d), ones(2, device=d), out=ones(2, dtype=torch.complex64, device=d)
+)
 CASES["mm_shapes"] = lambda d: torch.mm(ones(2, 3, device=d), ones(2, 2, dtype=L, device=d))
 CASES["mm_vector"] = lambda d: torch.mm(ones(2, 2, device=d), ones(2, device=d))
 CASES["addr_float_beta_ints"] = lambda d: torch.addr(

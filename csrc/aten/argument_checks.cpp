@@ -442,8 +442,10 @@ void nan_to_num_out(Args a) {
 
 // heaviside(self, values[, out]): one dtype throughout.
 void heaviside(Args a) {
-  TORCH_CHECK(!at::isComplexType(dtype(a[0])) && !at::isComplexType(dtype(a[1])),
-              "heaviside is not yet implemented for complex tensors.");
+  for (const c10::IValue& v : a) {  // self, values, out
+    TORCH_CHECK(!v.isTensor() || !at::isComplexType(dtype(v)),
+                "heaviside is not yet implemented for complex tensors.");
+  }
   const bool same = dtype(a[0]) == dtype(a[1]) && (a.size() < 3 || dtype(a[2]) == dtype(a[0]));
   TORCH_CHECK(same, "heaviside is not yet implemented for tensors with different dtypes.");
 }
