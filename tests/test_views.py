@@ -353,11 +353,12 @@ def test_many_layouts_of_one_op_share_its_dense_program():
     perms = list(itertools.permutations(range(3)))
     laid_out = {p: [_layout(t, p) for t in (self_tpu, x_tpu, y_tpu)] for p in perms}
     before = torch_tpu.metrics()["cache_misses"]
-    for p_self, p_x, p_y in itertools.product(perms, repeat=3):
-        s = laid_out[p_self][0].clone(memory_format=torch.preserve_format)
-        s.addcmul_(laid_out[p_x][1], laid_out[p_y][2], value=0.5)
-        assert s.stride() == laid_out[p_self][0].stride()
-        assert torch.equal(s.cpu(), expected), (p_self, p_x, p_y)
+    with torch_tpu.eager_mode("strict"):  # the bound is strict eager's (fused graphs differ)
+        for p_self, p_x, p_y in itertools.product(perms, repeat=3):
+            s = laid_out[p_self][0].clone(memory_format=torch.preserve_format)
+            s.addcmul_(laid_out[p_x][1], laid_out[p_y][2], value=0.5)
+            assert s.stride() == laid_out[p_self][0].stride()
+            assert torch.equal(s.cpu(), expected), (p_self, p_x, p_y)
     programs = torch_tpu.metrics()["cache_misses"] - before
     # 216 layouts compiled a program each; now: 8 of them, the dense one, the copies in and
     # out of each layout and the clones.
