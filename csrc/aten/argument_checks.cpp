@@ -135,9 +135,7 @@ void scale_fits(at::ScalarType result, const c10::Scalar& scale, const char* nam
               "For integral input tensors, argument ", name,
               " must not be a floating point number.");
   TORCH_CHECK(at::isComplexType(result) || !scale.isComplex(),
-              "For non-complex input tensors, "
-              "argument ",
-              name, " must not be a complex number.");
+              "For non-complex input tensors, argument ", name, " must not be a complex number.");
 }
 
 // add/sub(self, other, alpha) and rsub: the CPU's alpha_check on the result type.

@@ -28,13 +28,13 @@ namespace {
 // What PyTorch's meta kernel says about a call's results.
 struct TensorMeta {
   std::vector<int64_t> sizes, strides;
-  at::ScalarType dtype = at::ScalarType::Undefined;
+  at::ScalarType dtype;
 };
 struct MetaResult {
   std::vector<std::vector<std::optional<TensorMeta>>> returns;  // per return: its tensor(s)
   std::vector<bool> is_list;
   // Sizes the mutated arguments have after the call (out= tensors get resized).
-  std::vector<std::vector<TensorMeta>> mutated;
+  std::vector<std::vector<std::vector<int64_t>>> mutated_sizes;
 };
 
 struct Binding {
@@ -96,6 +96,7 @@ void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Ru
   const auto& args = schema.arguments();
   for (size_t i = 0; i < args.size(); ++i) {
     if (is_write(args[i]) || written_without_annotation(b.name, i)) b.mutated.push_back(i);
+    if (args[i].name() == "check_errors") b.check_errors_arg = static_cast<int>(i);
     const auto& type = args[i].real_type();
     if (!is_write(args[i]) && (type->isSubtypeOf(*c10::TensorType::get()) ||
                                type->isSubtypeOf(*c10::OptionalType::ofTensor()) ||
@@ -109,13 +110,8 @@ void init_binding(Binding& b, const c10::FunctionSchema& schema, const lower::Ru
       b.generator_arg = static_cast<int>(i);
     }
   }
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].name() == "check_errors") b.check_errors_arg = static_cast<int>(i);
-  }
-  for (size_t r = 0; r < schema.returns().size(); ++r) {
-    if (schema.returns()[r].name() == "info") b.info_return = static_cast<int>(r);
-  }
   for (const auto& ret : schema.returns()) {
+    if (ret.name() == "info") b.info_return = static_cast<int>(b.return_alias.size());
     int alias = -1;
     if (ret.alias_info() && ret.alias_info()->isWrite()) {
       for (size_t m = 0; m < b.mutated.size(); ++m) {
@@ -514,20 +510,16 @@ std::vector<std::optional<TensorMeta>> tensor_metas(const c10::IValue& v) {
 
 // Runs PyTorch's meta kernel (which raises PyTorch's own errors for invalid
 // calls); nullopt when the operator has no meta kernel.
+// Sizes of each tensor of `v`.
+std::vector<std::vector<int64_t>> sizes_of(const c10::IValue& v) {
+  std::vector<std::vector<int64_t>> sizes;
+  for_each_tensor(v, [&](const at::Tensor& t) { sizes.push_back(t.sizes().vec()); });
+  return sizes;
+}
+
 // What an in-place operator with no meta kernel (_fused_adam_.tensor_lr)
 // does to shapes: nothing. Its results are its mutated arguments, unresized.
 // nullopt for other operators (out= arguments may be resized).
-// Sizes and strides of each tensor of `v`.
-std::vector<TensorMeta> layouts(const c10::IValue& v) {
-  std::vector<TensorMeta> out;
-  for_each_tensor(v, [&](const at::Tensor& t) {
-    // An undefined stand-in (of batch norm's empty running stats) has sizes, not strides.
-    out.push_back({t.sizes().vec(), t.defined() ? t.strides().vec() : std::vector<int64_t>{},
-                   t.defined() ? t.scalar_type() : at::ScalarType::Undefined});
-  });
-  return out;
-}
-
 std::optional<MetaResult> in_place_meta(const Binding& binding, const c10::FunctionSchema& schema,
                                         c10::ArrayRef<c10::IValue> args) {
   for (size_t m : binding.mutated) {
@@ -540,7 +532,7 @@ std::optional<MetaResult> in_place_meta(const Binding& binding, const c10::Funct
     result.is_list.push_back(!v.isTensor());
     result.returns.push_back(tensor_metas(v));
   }
-  for (size_t m : binding.mutated) result.mutated.push_back(layouts(args[m]));
+  for (size_t m : binding.mutated) result.mutated_sizes.push_back(sizes_of(args[m]));
   return result;
 }
 
@@ -588,7 +580,7 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
     result.is_list.push_back(!r.isTensor());
     result.returns.push_back(tensor_metas(r));
   }
-  for (const c10::IValue& v : mutated) result.mutated.push_back(layouts(v));
+  for (const c10::IValue& v : mutated) result.mutated_sizes.push_back(sizes_of(v));
   return result;
 }
 
@@ -628,11 +620,6 @@ void type_tensor_lists(torch::jit::Stack& stack, const c10::FunctionSchema& sche
   }
 }
 
-// An out= call whose out tensors differ in dtype from its functional form's
-// results computes that form and casts it into out, as TensorIterator's out=
-// kernels do: out's dtype never changes the computation (two float16 33000s
-// add to inf in a float64 out too). False when the dtypes agree, the common
-// case, which the rule writes into out directly.
 // TensorIterator lays out an out= tensor it resizes as the functional form's
 // result (a permutation of its inputs' layout); PyTorch's meta kernels for the
 // out= forms make it contiguous.
@@ -652,6 +639,11 @@ void lay_out_like_functional(const Binding& binding, c10::ArrayRef<c10::IValue> 
   out.as_strided_(result.sizes, result.strides);
 }
 
+// An out= call whose out tensors differ in dtype from its functional form's
+// results computes that form and casts it into out, as TensorIterator's out=
+// kernels do: out's dtype never changes the computation (two float16 33000s
+// add to inf in a float64 out too). False when the dtypes agree, the common
+// case, which the rule writes into out directly.
 bool computed_apart_from_out(const Binding& binding, torch::jit::Stack* stack,
                              c10::ArrayRef<c10::IValue> args) {
   if (!binding.functional) return false;
@@ -749,8 +741,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const bool in_place = !schema.arguments()[binding.mutated[m]].kwarg_only();
     size_t k = 0;
     for_each_tensor(args[binding.mutated[m]], [&](const at::Tensor& t) {
-      const TensorMeta& after = meta->mutated[m].at(k++);
-      const auto& sizes = after.sizes;
+      const auto& sizes = meta->mutated_sizes[m].at(k++);
       if (t.sizes() == c10::IntArrayRef(sizes)) return;
       if (binding.out_keeps_shape && t.numel() == c10::multiply_integers(sizes)) return;
       TORCH_CHECK(!in_place, "output with shape ", t.sizes(), " doesn't match the broadcast shape ",
