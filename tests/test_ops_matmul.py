@@ -171,6 +171,22 @@ def test_half_products_of_transposed_operands_at_batch_one(dtype):
     check(torch.mm, lhs[0], torch.randn(15, 12, dtype=dtype))
 
 
+@pytest.mark.parametrize("mode", ["default", "high"])
+def test_float32_products_of_transposed_operands_at_batch_one(mode):
+    # DEFAULT and HIGH multiply bfloat16 parts summed in float32, which XLA's CPU runtime
+    # refused for these dots; the parts are exact in float32, so DEFAULT equals a float32
+    # product of the operands rounded to bfloat16.
+    lhs, rhs = torch.randn(1, 15, 23).mT, torch.randn(1, 15, 12)
+    from torch_tpu.precision import precision
+
+    with precision(mode):
+        got = torch.bmm(lhs.to("tpu"), rhs.to("tpu")).cpu()
+    if mode == "default":
+        rounded = torch.bmm(lhs.bfloat16().double(), rhs.bfloat16().double()).float()
+        torch.testing.assert_close(got, rounded, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(got, torch.bmm(lhs, rhs), rtol=0.05, atol=0.05)
+
+
 @pytest.mark.parametrize("self_shape", [(5, 3), (3,), (1, 3), (5, 1), (1,), ()], ids=str)
 def test_addmm_broadcasts_self(self_shape):
     check(torch.addmm, torch.randn(self_shape), torch.randn(5, 7), torch.randn(7, 3))

@@ -96,14 +96,7 @@ Value with_precision(Context& c, Value lhs, Value rhs, ElementType result, const
     }
   } else if (t == ElementType::BF16 || t == ElementType::F16) {
     // PyTorch accumulates half types in float32; the products are exact in it.
-    // HIGHEST keeps a TPU from rounding float16 operands to bfloat16. XLA's CPU
-    // runtime has no mixed BF16 x BF16 = F32 product for the dots it hands to its
-    // library (a transposed operand at batch 1): there the operands become
-    // float32 first, which gives the same exact products.
-    if (c.platform() == "cpu") {
-      lhs = convert(b, lhs, ElementType::F32);
-      rhs = convert(b, rhs, ElementType::F32);
-    }
+    // HIGHEST keeps a TPU from rounding float16 operands to bfloat16.
     out = product(lhs, rhs, Precision::Highest, ElementType::F32);
   } else {
     // f64, c128 and integers (which wrap like PyTorch's in their own type).
@@ -117,8 +110,15 @@ Value with_precision(Context& c, Value lhs, Value rhs, ElementType result, const
 Value dot(Context& c, const Value& lhs, const Value& rhs, const hlo::DotDims& dims,
           ElementType result) {
   Builder& b = c.b;
+  // XLA's CPU runtime has no BF16 x BF16 = F32 product for the dots it hands to
+  // its library (a transposed operand at batch 1): there the operands are widened
+  // first, which gives the same exact products and float32 sums.
+  const bool widen = c.platform() == "cpu";
   return with_precision(c, lhs, rhs, result,
                         [&](const Value& l, const Value& r, Precision p, ElementType t) {
+                          if (widen && l.type() != t) {
+                            return b.dot_general(convert(b, l, t), convert(b, r, t), dims, p, t);
+                          }
                           return b.dot_general(l, r, dims, p, t);
                         });
 }

@@ -123,20 +123,24 @@ std::string mm_program(E type, hlo::Precision precision, const std::string& plat
 TEST(lower_f32_products_are_bf16_dots_with_f32_sums) {
   const std::string bf16_dot = "(tensor<4x8xbf16>, tensor<8x3xbf16>) -> tensor<4x3xf32>";
   const std::string f32_dot = "(tensor<4x8xf32>, tensor<8x3xf32>) -> tensor<4x3xf32>";
+  // XLA's CPU runtime has no BF16 x BF16 = F32 library product: there the bfloat16
+  // operands are widened to float32 first (the same exact products and sums).
+  const std::string widened = "(tensor<4x8xbf16>) -> tensor<4x8xf32>";
   for (const char* platform : {"cuda", "cpu"}) {
+    const bool cpu = std::string(platform) == "cpu";
     std::string fast = mm_program(E::F32, hlo::Precision::Default, platform);
-    CHECK_EQ(count(fast, bf16_dot), 1);
-    CHECK_EQ(count(fast, f32_dot), 0);
-    CHECK_EQ(count(mm_program(E::F32, hlo::Precision::High, platform), bf16_dot), 3);
+    CHECK_EQ(count(fast, bf16_dot), cpu ? 0 : 1);
+    CHECK_EQ(count(fast, f32_dot), cpu ? 1 : 0);
+    CHECK_EQ(count(fast, widened), cpu ? 1 : 0);
+    std::string high = mm_program(E::F32, hlo::Precision::High, platform);
+    CHECK_EQ(count(high, cpu ? f32_dot : bf16_dot), 3);
     std::string exact = mm_program(E::F32, hlo::Precision::Highest, platform);
     CHECK_EQ(count(exact, bf16_dot), 0);
     CHECK_EQ(count(exact, f32_dot), 1);
     CHECK(exact.find("precision HIGHEST") != std::string::npos);
-    // Half types go to the matrix units as they are, summing in float32; XLA's CPU
-    // runtime has no BF16 x BF16 = F32 library product, so there they are widened first
-    // (the same exact products).
+    // Half types go to the matrix units as they are, summing in float32.
     std::string half = mm_program(E::BF16, hlo::Precision::Default, platform);
-    CHECK_EQ(count(half, std::string(platform) == "cpu" ? f32_dot : bf16_dot), 1);
+    CHECK_EQ(count(half, cpu ? f32_dot : bf16_dot), 1);
   }
   // A TPU is asked for its own arithmetic.
   std::string tpu = mm_program(E::F32, hlo::Precision::Default, "tpu");
