@@ -184,6 +184,19 @@ CASES["index_put_value_shape"] = lambda d: ones(3, 4, device=d).index_put_(
 # references').
 F16, F32, F64 = torch.float16, torch.float32, torch.float64
 CASES["neg_out_dtype"] = lambda d: torch.neg(ones(2, device=d), out=ones(2, dtype=F64, device=d))
+CASES["frexp_mantissa_dtype"] = lambda d: torch.frexp(
+    ones(2, device=d),
+    out=(ones(2, dtype=torch.float64, device=d), ones(2, dtype=torch.int32, device=d)),
+)
+CASES["frexp_exponent_dtype"] = lambda d: torch.frexp(
+    ones(2, device=d), out=(ones(2, device=d), ones(2, dtype=L, device=d))
+)
+CASES["abs_complex_into_long"] = lambda d: torch.abs(
+    ones(2, dtype=torch.complex64, device=d), out=ones(2, dtype=L, device=d)
+)
+CASES["abs_complex_into_wider_complex"] = lambda d: torch.abs(
+    ones(2, dtype=torch.complex64, device=d), out=ones(2, dtype=torch.complex128, device=d)
+)
 CASES["round_out_dtype"] = lambda d: torch.round(ones(2, device=d), out=ones(2, dtype=L, device=d))
 CASES["nan_to_num_out_dtype"] = lambda d: torch.nan_to_num(
     ones(2, device=d), out=ones(2, dtype=F64, device=d)

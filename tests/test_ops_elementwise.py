@@ -5,6 +5,7 @@ broadcasting, views, in-place and out= forms."""
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from op_utils import check, to_tpu
@@ -191,6 +192,57 @@ def test_logaddexp_complex():
     a = torch.tensor([inf + 0j, -inf + 1j, 1 + 2j, -20 + 1j], dtype=torch.complex64)
     b = torch.tensor([inf + 0j, -inf + 3j, 1 - 2j, 20 + 1j], dtype=torch.complex64)
     check(torch.logaddexp, a, b)
+
+
+def complex_grid(dtype, values=(0.0, -0.0, 1.0, -1.0, 0.5, 3.0, 1e20, -1e20, INF, -INF, NAN)):
+    return torch.tensor([complex(a, b) for a in values for b in values], dtype=dtype)
+
+
+# C99 Annex G's values at infinities, NaNs and signed zeros, which NumPy (the reference of
+# PyTorch's own extremal-value tests) returns, and the CPU mostly (its vectorized log2 of
+# complex128 divides by a complex ln 2); XLA's complex ops differ there.
+NUMPY_COMPLEX = {
+    "exp": np.exp, "exp2": np.exp2, "sqrt": np.sqrt, "rsqrt": lambda z: 1 / np.sqrt(z),
+    "log": np.log, "log2": np.log2, "log10": np.log10, "atan": np.arctan,
+    "atanh": np.arctanh, "asinh": np.arcsinh, "sigmoid": lambda z: 1 / (1 + np.exp(-z)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+@pytest.mark.parametrize("op", sorted(NUMPY_COMPLEX))
+def test_complex_special_values(op, dtype):
+    z = complex_grid(dtype)
+    with np.errstate(all="ignore"):
+        expected = torch.from_numpy(NUMPY_COMPLEX[op](z.numpy()).astype(z.numpy().dtype))
+    torch.testing.assert_close(getattr(torch, op)(z.to("tpu")).cpu(), expected, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_divide_and_pow_special_values(dtype):
+    z = complex_grid(dtype, (0.0, -0.0, 1.0, -1.0, 3.0, 1e20, INF, -INF, NAN))
+    x, y = z.repeat_interleave(len(z)), z.repeat(len(z))
+    # c10::complex's (NumPy's) division: Smith's algorithm, not XLA's scaling.
+    check(torch.div, x, y)
+    extremal = complex_grid(dtype, (INF, -INF, NAN))
+    base, exponent = extremal.repeat_interleave(len(extremal)), extremal.repeat(len(extremal))
+    check(torch.pow, base, exponent)  # glibc's cpow: exp(y log x), C's product
+    check(
+        torch.pow, make((4, 5), dtype, low=-3, high=3), make((4, 5), dtype, low=-2, high=2, seed=1)
+    )
+    for scalar in (2, 3, -2, 0.5, -0.5, 0, 1, 2.5, 1j):
+        check(torch.pow, make((4, 5), dtype, low=-3, high=3), scalar)
+
+
+def test_abs_of_complex_into_complex_out():
+    # ATen casts |z| into any out= it can take; PyTorch's reference abs wants a real one.
+    z = make((3, 4), torch.complex64)
+    check(lambda t, o: torch.abs(t, out=o), z, torch.empty(3, 4, dtype=torch.complex64))
+    check(lambda t, o: torch.abs(t, out=o), z, torch.empty(1, dtype=torch.float64))
+
+
+def test_pow_uint8_exponents_from_128():
+    values = torch.tensor([0, 1, 2, 55, 127, 128, 190, 254, 255], dtype=U8)
+    check(torch.pow, values.repeat_interleave(9), values.repeat(9))
 
 
 @pytest.mark.parametrize("op", ["exp", "sqrt", "sigmoid", "atan"])

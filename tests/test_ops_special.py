@@ -1,6 +1,7 @@
 """Special functions on tpu against the CPU: the gamma family, erfinv, modified Bessel
 functions, logit, sinc, entr, xlog1py, zeta, heaviside, gcd/lcm, nextafter and frexp."""
 
+import functools
 import math
 
 import pytest
@@ -110,6 +111,14 @@ def test_polygamma(n, dtype):
     x = make((5, 5), dtype, -9, 9)
     values = [0.0, -0.0, -1.0, -2.5, 0.5, 1.0, INF, NAN]
     check(lambda t: torch.polygamma(n, t), with_values(x, values), **tol(dtype))
+
+
+def test_polygamma_of_negative_arguments_sums_in_double():
+    # At negative x zeta's terms cancel to a result far below them: the CPU sums in double.
+    x = torch.tensor([-8.5, -7.5, -5.5, -3.3, -0.5, 0.5, 3.5])
+    for n in (2, 3, 4):
+        check(functools.partial(torch.polygamma, n), x, rtol=1e-5, atol=0)
+        check(functools.partial(torch.polygamma, n), x.to(torch.bfloat16))
 
 
 def test_polygamma_inplace_out_grad():

@@ -3,6 +3,7 @@
 cannot pass by design skipped with their reason, and the report."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -78,7 +79,7 @@ def test_a_device_generic_file_runs_on_tpu(tmp_path):
     report = tmp_path / "report.md"
     out = subprocess.run(
         [sys.executable, "-m", "torch_tpu.tools.pytorch_suites", "--tests", str(tests),
-         "--workers", "1", "--timeout", "300", "--report", str(report),
+         "--workers", "1", "--timeout", "300", "--report", str(report), "--cpu-baseline",
          "--outcomes", str(tmp_path / "outcomes.jsonl")],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
@@ -92,10 +93,24 @@ def test_a_device_generic_file_runs_on_tpu(tmp_path):
     assert "**3 of 5 tests that ran passed (60.0%)**, not counting 1 that fail on the CPU" in text
     assert "| 2 | `AssertionError: String comparison failed: '…' != '…'` |" in text
     assert "test_toy.py::test_on_the_host_tpu" in text  # the failure's example
+    assert re.search(r"\| \d+ \(\d+\.\d\dx\) \| completed \|", text), text  # against the CPU
     outcomes = [json.loads(line) for line in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
     add = next(o for o in outcomes if o["test"].endswith("test_add_tpu"))
     assert add["file"] == "test_toy.py" and add["outcome"] == "passed"
     assert add["compiles"] >= 0 and add["compile_seconds"] >= 0  # each test's compiles
+
+
+def test_op_db_decorators_apply_to_renamed_classes():
+    # PyTorch's own skips and tolerances name TestBinaryUfuncsDevice, the older files'
+    # class is TestBinaryUfuncs.
+    from torch.testing._internal.opinfo.core import DecorateInfo
+
+    from torch_tpu.tools import _pytorch_suite_plugin
+
+    _pytorch_suite_plugin._install_renamed_helpers()
+    info = DecorateInfo(lambda f: f, "TestBinaryUfuncsDevice", "test_x")
+    assert info.is_active("TestBinaryUfuncs", "test_x", "tpu", None, {})
+    assert not info.is_active("TestUnaryUfuncs", "test_x", "tpu", None, {})
 
 
 def test_a_missing_folder_is_reported(tmp_path):

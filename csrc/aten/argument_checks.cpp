@@ -433,6 +433,24 @@ void out_of_self_dtype(Args a) {
   TORCH_CHECK(out == self, "Found dtype ", out, " but expected ", self);
 }
 
+// abs(complex self, *, out): a complex out runs TensorIterator's unary op,
+// which wants self's dtype (a real out takes |z| cast).
+void abs_out(Args a) {
+  at::ScalarType self = dtype(a[0]), out = dtype(a.back());
+  if (!c10::isComplexType(self) || !c10::isComplexType(out)) return;
+  TORCH_CHECK(out == self, "Found dtype ", out, " but expected ", self);
+}
+
+// frexp(self, *, mantissa, exponent), in the CPU's words (caffe2's dtype names).
+void frexp_out(Args a) {
+  auto name = [](at::ScalarType t) { return c10::scalarTypeToTypeMeta(t).name(); };
+  at::ScalarType self = dtype(a[0]), mantissa = dtype(a[1]), exponent = dtype(a[2]);
+  TORCH_CHECK(mantissa == self, "torch.frexp() expects mantissa to have dtype ", name(self),
+              " but got ", name(mantissa));
+  TORCH_CHECK(exponent == at::kInt, "torch.frexp() expects exponent to have int dtype but got ",
+              name(exponent));
+}
+
 void nan_to_num_out(Args a) {
   at::ScalarType self = dtype(a[0]), out = dtype(a.back());
   TORCH_CHECK(out == self, "nan_to_num: dtype of out: ", out, " should be same as input: ", self);
@@ -912,6 +930,8 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::normal.float_Tensor", normal_std_tensor<1>},
       {"aten::normal.Tensor_Tensor", normal_std_tensor<1>},
       {"aten::randperm.generator_out", randperm_out},
+      {"aten::abs.out", abs_out},
+      {"aten::frexp.Tensor_out", frexp_out},
       {"aten::neg.out", out_of_self_dtype},
       {"aten::round.out", out_of_self_dtype},
       {"aten::round.decimals_out", out_of_self_dtype},

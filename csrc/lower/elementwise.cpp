@@ -18,6 +18,7 @@
 #include <string>
 #include <utility>
 
+#include "lower/complex_math.h"
 #include "lower/helpers.h"
 
 namespace torch_tpu::lower {
@@ -107,45 +108,10 @@ Value cmp(Builder& b, const Value& x, double y, Comparison d) { return cmp(b, x,
 
 Value none_like(Builder& b, const Value& x) { return b.full({ET::Pred, x.dims()}, 0); }
 
-Value is_nan(Builder& b, const Value& x) {
-  if (is_complex(x.type())) return b.or_(is_nan(b, b.real(x)), is_nan(b, b.imag(x)));
-  if (!is_floating(x.type())) return none_like(b, x);
-  return cmp(b, x, x, Comparison::NE);
-}
-
-Value is_inf(Builder& b, const Value& x) {
-  if (is_complex(x.type())) return b.or_(is_inf(b, b.real(x)), is_inf(b, b.imag(x)));
-  if (!is_floating(x.type())) return none_like(b, x);
-  return cmp(b, b.abs(x), INFINITY, Comparison::EQ);
-}
-
 // Truthiness (C++'s bool(x)): non-zero, NaN included.
 Value truthy(Builder& b, const Value& x) {
   if (x.type() == ET::Pred) return x;
   return cmp(b, x, 0, Comparison::NE);
-}
-
-ET signed_of_size(int bytes) {
-  switch (bytes) {
-    case 1:
-      return ET::S8;
-    case 2:
-      return ET::S16;
-    case 4:
-      return ET::S32;
-    default:
-      return ET::S64;
-  }
-}
-
-// The sign bit (set for -0.0 and negative NaNs, which comparisons miss).
-Value sign_bit(Builder& b, const Value& x) {
-  if (is_floating(x.type())) {
-    Value bits = b.bitcast_convert(x, signed_of_size(element_size(x.type())));
-    return cmp(b, bits, 0, Comparison::LT);
-  }
-  if (is_signed_integral(x.type())) return cmp(b, x, 0, Comparison::LT);
-  return none_like(b, x);
 }
 
 Value trunc_of(Builder& b, const Value& x) {
@@ -229,7 +195,9 @@ bool remember(RuleFn fn, std::initializer_list<const char*> names) {
 using UnaryFn = Value (*)(Builder&, const Value&);
 
 // Math functions of floating inputs: integers and bools compute in float32.
-Value exp_of(Builder& b, const Value& x) { return b.exp(x); }
+Value exp_of(Builder& b, const Value& x) {
+  return is_complex(x.type()) ? complex_exp(b, x) : b.exp(x);
+}
 // Complex functions from real parts: f(x + iy) = p(x) q(y) + i r(x) s(y), with
 // the imaginary part exactly 0 where y is (C99's cexp(inf + 0i) = inf + 0i,
 // where inf * sin(0) would make it NaN).
@@ -239,20 +207,33 @@ Value complex_from_parts(Builder& b, const Value& real, const Value& imag_factor
   return b.complex(real, imag);
 }
 
-// 2^z = exp(x ln 2) (cos(y ln 2) + i sin(y ln 2)).
+// 2^z = exp(z ln 2), as ATen's exp2 of complex numbers.
 Value exp2_of(Builder& b, const Value& x) {
   if (!is_complex(x.type())) return b.pow(k(b, x, 2), x);
-  Value re = b.real(x), im = b.imag(x);
-  Value e = b.exp(b.mul(re, k(b, re, M_LN2))), angle = b.mul(im, k(b, im, M_LN2));
-  return complex_from_parts(b, b.mul(e, b.unary("cosine", angle)), e, b.unary("sine", angle), im);
+  return complex_exp(b, complex_scale(b, x, M_LN2));
 }
 Value expm1_of(Builder& b, const Value& x) { return b.unary("exponential_minus_one", x); }
-Value log_of(Builder& b, const Value& x) { return b.log(x); }
-Value log2_of(Builder& b, const Value& x) { return b.mul(b.log(x), k(b, x, 1 / M_LN2)); }
-Value log10_of(Builder& b, const Value& x) { return b.mul(b.log(x), k(b, x, 1 / M_LN10)); }
+Value log_of(Builder& b, const Value& x) {
+  return is_complex(x.type()) ? complex_log(b, x) : b.log(x);
+}
+// log z / ln 2, each part divided (a complex product with (1/ln 2 + 0i) makes
+// NaN of 0 * inf).
+Value log2_of(Builder& b, const Value& x) {
+  if (is_complex(x.type())) return complex_scale(b, complex_log(b, x), 1 / M_LN2);
+  return b.mul(b.log(x), k(b, x, 1 / M_LN2));
+}
+Value log10_of(Builder& b, const Value& x) {
+  if (is_complex(x.type())) return complex_scale(b, complex_log(b, x), 1 / M_LN10);
+  return b.mul(b.log(x), k(b, x, 1 / M_LN10));
+}
 Value log1p_of(Builder& b, const Value& x) { return b.unary("log_plus_one", x); }
-Value sqrt_of(Builder& b, const Value& x) { return b.sqrt(x); }
-Value rsqrt_of(Builder& b, const Value& x) { return b.rsqrt(x); }
+Value sqrt_of(Builder& b, const Value& x) {
+  return is_complex(x.type()) ? complex_sqrt(b, x) : b.sqrt(x);
+}
+// 1 / sqrt z for complex z, as ATen computes it.
+Value rsqrt_of(Builder& b, const Value& x) {
+  return is_complex(x.type()) ? complex_divide(b, k(b, x, 1), complex_sqrt(b, x)) : b.rsqrt(x);
+}
 Value sin_of(Builder& b, const Value& x) { return b.unary("sine", x); }
 Value cos_of(Builder& b, const Value& x) { return b.unary("cosine", x); }
 Value tan_of(Builder& b, const Value& x) { return chlo(b, "tan", x); }
@@ -262,7 +243,7 @@ Value acos_of(Builder& b, const Value& x) { return chlo(b, "acos", x); }
 // atan that is wrong for some shapes (63 elements, for one). Doubling is
 // exact, and where it overflows atan2(+-inf, 2) is still +-pi/2.
 Value atan_of(Builder& b, const Value& x) {
-  if (is_complex(x.type())) return chlo(b, "atan", x);
+  if (is_complex(x.type())) return complex_atan(b, x);
   Value two = k(b, x, 2);
   return b.atan2(b.mul(x, two), two);
 }
@@ -303,10 +284,18 @@ Value hyperbolic_of(Builder& b, const Value& x) {
 Value sinh_of(Builder& b, const Value& x) { return hyperbolic_of<true>(b, x); }
 Value cosh_of(Builder& b, const Value& x) { return hyperbolic_of<false>(b, x); }
 Value tanh_of(Builder& b, const Value& x) { return b.tanh(x); }
-Value asinh_of(Builder& b, const Value& x) { return chlo(b, "asinh", x); }
+Value asinh_of(Builder& b, const Value& x) {
+  return is_complex(x.type()) ? complex_asinh(b, x) : chlo(b, "asinh", x);
+}
 Value acosh_of(Builder& b, const Value& x) { return chlo(b, "acosh", x); }
-Value atanh_of(Builder& b, const Value& x) { return chlo(b, "atanh", x); }
-Value sigmoid_of(Builder& b, const Value& x) { return b.logistic(x); }
+Value atanh_of(Builder& b, const Value& x) {
+  return is_complex(x.type()) ? complex_atanh(b, x) : chlo(b, "atanh", x);
+}
+// 1 / (1 + exp(-z)) for complex z, as ATen computes it.
+Value sigmoid_of(Builder& b, const Value& x) {
+  if (!is_complex(x.type())) return b.logistic(x);
+  return complex_divide(b, k(b, x, 1), b.add(k(b, x, 1), complex_exp(b, b.neg(x))));
+}
 Value erf_of(Builder& b, const Value& x) { return chlo(b, "erf", x); }
 Value erfc_of(Builder& b, const Value& x) { return chlo(b, "erfc", x); }
 Value reciprocal_of(Builder& b, const Value& x) { return b.div(k(b, x, 1), x); }
@@ -552,7 +541,7 @@ std::vector<Value> div(Context& c, const Args& a) {
   if (mode.empty()) {
     t = floating_type(c, t);
     auto v = broadcast_all(b, {lift(b, x, t), lift_scalar(b, y, t)});
-    return {b.div(v[0], v[1])};
+    return {is_complex(t) ? complex_divide(b, v[0], v[1]) : b.div(v[0], v[1])};
   }
   require(t != ET::Pred && !is_complex(t), c, t);
   if (is_integral(t)) {
@@ -609,7 +598,17 @@ std::vector<Value> fmod(Context& c, const Args& a) {
 
 // c10's powi: negative exponents give 0 except for bases 1 and -1.
 Value integral_pow(Builder& b, const Value& x, const Value& e) {
-  if (is_unsigned(e.type())) return b.pow(x, e);
+  if (is_unsigned(e.type())) {
+    // By squaring, one exponent bit at a time: XLA's power gets exponents
+    // from 128 wrong (uint8 55 ** 128 was 0, 0 ** 128 in uint32 was 1).
+    Value r = k(b, x, 1), square = x;
+    for (int bit = 0; bit < 8 * element_size(e.type()); ++bit) {
+      Value set = cmp(b, b.and_(e, k(b, e, std::ldexp(1.0, bit))), 0, Comparison::NE);
+      r = b.select(set, b.mul(r, square), r);
+      square = b.mul(square, square);
+    }
+    return r;
+  }
   Value negative = cmp(b, e, 0, Comparison::LT);
   Value r = b.pow(x, b.select(negative, k(b, e, 0), e));
   Value odd = cmp(b, b.rem(e, k(b, e, 2)), 0, Comparison::NE);
@@ -621,9 +620,12 @@ Value integral_pow(Builder& b, const Value& x, const Value& e) {
 
 // pow(Tensor, Scalar): the CPU kernel computes common exponents with
 // sqrt/rsqrt/reciprocal/multiplications (exact, and sqrt(-inf) is NaN where
-// pow gives inf), so the rule selects on the runtime exponent.
+// pow gives inf), so the rule selects on the runtime exponent. ATen fills 1
+// for an exponent of 0 and copies the base for 1 (which complex pow would not).
 Value pow_by_scalar(Builder& b, const Value& x, const Value& e) {
-  Value r = b.pow(x, broadcast_to(b, e, x.dims()));
+  bool complex = is_complex(x.type());
+  Value exponent = broadcast_to(b, e, x.dims());
+  Value r = complex ? complex_pow(b, x, exponent) : b.pow(x, exponent);
   auto special = [&](double value, const Value& result) {
     r = b.select(cmp(b, e, value, Comparison::EQ), result, r);
   };
@@ -631,10 +633,12 @@ Value pow_by_scalar(Builder& b, const Value& x, const Value& e) {
   Value one = k(b, x, 1);
   special(2, square);
   special(3, b.mul(square, x));
-  special(-2, b.div(one, square));
-  special(0.5, b.sqrt(x));
-  special(-0.5, b.rsqrt(x));
-  special(-1, b.div(one, x));
+  special(-2, complex ? complex_divide(b, one, square) : b.div(one, square));
+  special(0.5, sqrt_of(b, x));
+  special(-0.5, rsqrt_of(b, x));
+  special(-1, reciprocal_of(b, x));
+  special(1, x);
+  special(0, one);
   return r;
 }
 
@@ -653,8 +657,8 @@ std::vector<Value> pow(Context& c, const Args& a) {
     return {b.select(v[1], v[0], k(b, v[0], 1))};
   }
   if (is_integral(t)) return {integral_pow(b, v[0], v[1])};
-  if (scalar_exponent && !is_complex(t)) return {pow_by_scalar(b, v[0], lift(b, a.operand(1), t))};
-  return {b.pow(v[0], v[1])};
+  if (scalar_exponent) return {pow_by_scalar(b, v[0], lift(b, a.operand(1), t))};
+  return {is_complex(t) ? complex_pow(b, v[0], v[1]) : b.pow(v[0], v[1])};
 }
 
 // ---------------------------------------------------------------- binary math
@@ -682,10 +686,7 @@ std::vector<Value> floating_math(Context& c, const Args& a) {
 
 Value atan2_of(Builder& b, const Value& y, const Value& x) { return b.atan2(y, x); }
 
-Value copysign_of(Builder& b, const Value& x, const Value& y) {
-  Value mag = b.abs(x);
-  return b.select(sign_bit(b, y), b.neg(mag), mag);
-}
+Value copysign_of(Builder& b, const Value& x, const Value& y) { return copy_sign(b, x, y); }
 
 // x * log(y), with 0 for x == 0 and NaN for y NaN.
 Value xlogy_of(Builder& b, const Value& x, const Value& y) {

@@ -1,6 +1,7 @@
 #include "lower/helpers.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -184,6 +185,37 @@ Value convert(Builder& b, const Value& x, ElementType type) {
 Value scalar(Builder& b, double value, ElementType type) { return b.constant(value, type); }
 
 Value full_like(Builder& b, const Value& like, double value) { return b.full(like.shape, value); }
+
+Value is_nan(Builder& b, const Value& x) {
+  if (is_complex(x.type())) return b.or_(is_nan(b, b.real(x)), is_nan(b, b.imag(x)));
+  if (!is_floating(x.type())) return b.full({ElementType::Pred, x.dims()}, 0);
+  return b.compare(x, x, hlo::Comparison::NE);
+}
+
+Value is_inf(Builder& b, const Value& x) {
+  if (is_complex(x.type())) return b.or_(is_inf(b, b.real(x)), is_inf(b, b.imag(x)));
+  if (!is_floating(x.type())) return b.full({ElementType::Pred, x.dims()}, 0);
+  return b.compare(b.abs(x), full_like(b, x, INFINITY), hlo::Comparison::EQ);
+}
+
+Value sign_bit(Builder& b, const Value& x) {
+  if (is_floating(x.type())) {
+    ElementType bits = element_size(x.type()) == 8   ? ElementType::S64
+                       : element_size(x.type()) == 4 ? ElementType::S32
+                                                     : ElementType::S16;
+    Value as_int = b.bitcast_convert(x, bits);
+    return b.compare(as_int, b.full({bits, x.dims()}, 0), hlo::Comparison::LT);
+  }
+  if (is_integral(x.type()) && !is_unsigned(x.type())) {
+    return b.compare(x, full_like(b, x, 0), hlo::Comparison::LT);
+  }
+  return b.full({ElementType::Pred, x.dims()}, 0);
+}
+
+Value copy_sign(Builder& b, const Value& magnitude, const Value& sign) {
+  Value m = b.abs(magnitude);
+  return b.select(sign_bit(b, sign), b.neg(m), m);
+}
 
 std::vector<Value> broadcast_all(Builder& b, std::vector<Value> values) {
   Dims dims;

@@ -30,6 +30,13 @@ Value convert(Builder& b, const Value& x, ElementType type);
 Value scalar(Builder& b, double value, ElementType type);
 // A constant with the type and shape of `like`.
 Value full_like(Builder& b, const Value& like, double value);
+// NaN / infinite elements (in either part of a complex); none for integers.
+Value is_nan(Builder& b, const Value& x);
+Value is_inf(Builder& b, const Value& x);
+// The sign bit (set for -0.0 and negative NaNs, which comparisons miss).
+Value sign_bit(Builder& b, const Value& x);
+// |magnitude| with the sign bit of `sign` (C's copysign).
+Value copy_sign(Builder& b, const Value& magnitude, const Value& sign);
 // Converts every operand to `type` and broadcasts all to a common shape.
 std::vector<Value> promote(Builder& b, const std::vector<const Operand*>& operands,
                            ElementType type);

@@ -62,8 +62,6 @@ Value accumuland(Builder& b, const Value& x, ElementType out) {
 
 // ---------------------------------------------------------------- elementwise pieces
 
-Value is_nan(Builder& b, const Value& x) { return b.compare(x, x, Comparison::NE); }
-
 Value nonzero(Builder& b, const Value& x) {
   if (x.type() == ElementType::Pred) return x;
   return b.compare(x, full_like(b, x, 0), Comparison::NE);

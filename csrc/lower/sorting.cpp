@@ -24,8 +24,6 @@ ElementType index_type(int64_t n) {
   return n < std::numeric_limits<int32_t>::max() ? ElementType::S32 : ElementType::S64;
 }
 
-Value is_nan(Builder& b, const Value& x) { return b.compare(x, x, Comparison::NE); }
-
 void check_sortable(const Value& x, const char* op) {
   if (is_complex(x.type())) {
     throw std::invalid_argument(std::string(op) + "(): complex tensors are not supported");

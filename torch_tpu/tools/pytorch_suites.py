@@ -54,6 +54,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--outcomes", type=Path, default=None, help="write every test's outcome here (JSON lines)"
     )
     parser.add_argument(
+        "--cpu-baseline",
+        action="store_true",
+        help="also run each file whole on the CPU and report tpu's time against it (the "
+        "tests compute their references on the same cores, so this bounds a file's time)",
+    )
+    parser.add_argument(
         "--precision",
         default="HIGHEST",
         help="TORCH_TPU_PRECISION for the run: the files compare with float32 tolerances",
@@ -144,7 +150,13 @@ def run_file(path: Path, args: argparse.Namespace, workdir: Path) -> dict:
         for o in on_cpu:
             if o["outcome"] in ("failed", "error") and o["test"] in failed:
                 failed[o["test"]]["outcome"] = "cpu too"
-    return {"file": path.name, "seconds": seconds, "ending": ending, "outcomes": outcomes}
+    run = {"file": path.name, "seconds": seconds, "ending": ending, "outcomes": outcomes}
+    if args.cpu_baseline:
+        start = time.monotonic()
+        _, cpu_ending = session(path, "cpu", args, workdir, path.stem + "-baseline")
+        if cpu_ending == "completed":
+            run["cpu seconds"] = time.monotonic() - start
+    return run
 
 
 _NUMBERS = re.compile(r"(?<![A-Za-z_])-?\d+(\.\d+)?(e-?\d+)?")
@@ -194,13 +206,16 @@ def report(runs: list[dict], args: argparse.Namespace) -> str:
         "installed torch). Skipped tests include those that cannot pass by design "
         "(`BY_DESIGN` in `torch_tpu/tools/_pytorch_suite_plugin.py`, each with its reason).",
         "",
-        "| file | passed | failed | errors | fail on the CPU too | skipped | seconds | ending |",
-        "|---|---|---|---|---|---|---|---|",
+        "| file | passed | failed | errors | fail on the CPU too | skipped | seconds "
+        "| the file on the CPU: seconds (tpu / CPU) | ending |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        cpu = r.get("cpu seconds")
+        baseline = f"{cpu:.0f} ({r['seconds'] / cpu:.2f}x)" if cpu else "not run"
         lines.append(
             f"| {r['file']} | {r['passed']} | {r['failed']} | {r['error']} | {r['cpu too']} "
-            f"| {r['skipped']} | {r['seconds']:.0f} | {r['ending']} |"
+            f"| {r['skipped']} | {r['seconds']:.0f} | {baseline} | {r['ending']} |"
         )
     lines += ["", "## Failures by cause", "", "| tests | cause | example |", "|---|---|---|"]
     for cause, n in causes.most_common():
