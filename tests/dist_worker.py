@@ -14,6 +14,7 @@ import os
 import sys
 import time
 import traceback
+import warnings
 from datetime import timedelta
 
 import torch
@@ -708,8 +709,12 @@ def scenario_dcp_load(c: Checks, args: dict) -> dict:
 
 
 def scenario_faults(c: Checks, args: dict) -> dict:
-    """Rank 1 misses a collective of a group with a 3 s timeout, then dies."""
-    short = dist.new_group(timeout=timedelta(seconds=3))
+    """Rank 1 misses a collective of a group given a 3 s timeout, then dies."""
+    short = dist.new_group()
+    # As TorchTitan sets its timeouts: PyTorch's function serves tpu_dist as it does Gloo.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=3), short)
     other = dist.new_group()
     t = torch.ones(4, device="tpu")
     dist.all_reduce(t, group=other)  # both groups work

@@ -11,6 +11,11 @@ namespace torch_tpu::aten {
 c10::DeviceIndex device_count() noexcept;
 // Raises a clear error for an index that does not exist.
 void check_device_index(c10::DeviceIndex device);
+// Makes `device` the current device. Under a launcher a process holds one
+// device, tpu:0, while PyTorch's code selects "its" device by LOCAL_RANK
+// (DeviceMesh before any tpu op, torch.accelerator.set_device_index): that
+// index selects the process's device too.
+void select_device(c10::DeviceIndex device);
 
 // Raises `failure` as the CPU's exception: IndexError or RuntimeError.
 [[noreturn]] void raise_torch_error(const engine::DataCheckFailure& failure);

@@ -1,5 +1,7 @@
 // DeviceGuardImplInterface for `tpu`: device switching, the (single, default)
 // stream per device, and device synchronisation.
+#include <cstdlib>
+
 #include "aten/device.h"
 #include "aten/tensor_bridge.h"
 #include "engine/backend.h"
@@ -25,6 +27,15 @@ void check_device_index(c10::DeviceIndex device) {
               engine::Backend::config().platform == "cpu"
                   ? " (the cpu platform has TORCH_TPU_NUM_DEVICES of them)"
                   : "");
+}
+
+void select_device(c10::DeviceIndex device) {
+  static const char* local_rank = std::getenv("LOCAL_RANK");
+  if (device > 0 && local_rank && device == std::atoi(local_rank) && device_count() == 1) {
+    device = 0;
+  }
+  check_device_index(device);
+  set_current_device(device);
 }
 
 void raise_torch_error(const engine::DataCheckFailure& failure) {
@@ -59,13 +70,13 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Device getDevice() const override { return c10::Device(kTpu, current_device()); }
   void setDevice(c10::Device d) const override {
     TORCH_CHECK(d.type() == kTpu, "expected a tpu device, got ", d);
-    if (d.index() >= 0) {
-      check_device_index(d.index());
-      set_current_device(d.index());
-    }
+    if (d.index() >= 0) select_device(d.index());
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override {
-    if (d.index() >= 0) set_current_device(d.index());
+    try {
+      if (d.index() >= 0) select_device(d.index());
+    } catch (...) {  // restoring a device that existed: cannot fail
+    }
   }
   c10::Stream getStream(c10::Device d) const override {
     return c10::Stream(c10::Stream::DEFAULT,

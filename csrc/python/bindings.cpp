@@ -162,10 +162,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_start", [] { backend(); }, py::call_guard<py::gil_scoped_release>());
   m.def("_device_count", [] { return static_cast<int>(aten::device_count()); });
   m.def("_current_device", [] { return static_cast<int>(aten::current_device()); });
-  m.def("_set_device", [](int device) {
-    aten::check_device_index(device);
-    aten::set_current_device(device);
-  });
+  m.def("_set_device", [](int device) { aten::select_device(device); });
   m.def("_platform", [] { return engine::Backend::config().platform; });
   m.def("_device_properties", &device_properties);
   m.def("_plugin_info", &plugin_info);

@@ -10,8 +10,10 @@ torch`` does that).
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 
 from .. import _C
@@ -36,12 +38,32 @@ def create_process_group(
     return _C._tpu_dist_backend(host, rank, world_size, timeout)
 
 
+def _with_tpu_dist_timeouts(set_pg_timeout):
+    """``torch.distributed``'s ``_set_pg_timeout`` (TorchTitan sets its timeouts with it)
+    changes Gloo and NCCL backends only and warns for others: a ``tpu_dist`` group takes
+    the timeout as a Gloo group does, the others are left to PyTorch."""
+
+    @functools.wraps(set_pg_timeout)
+    def _set_pg_timeout(timeout: timedelta, group=None) -> None:
+        c10d = dist.distributed_c10d
+        pg = c10d._get_default_group() if group is None else group
+        if c10d._rank_not_in_group(pg) or c10d.get_backend(pg) != BACKEND:
+            return set_pg_timeout(timeout, group)
+        pg._get_backend(torch.device("tpu")).set_timeout(timeout)
+
+    _set_pg_timeout.tpu_dist = True
+    return _set_pg_timeout
+
+
 def _register() -> None:
     if dist.is_available() and BACKEND not in dist.Backend.backend_list:
         # CPU tensors are served too (they go to Gloo as they are): object
         # collectives and host-side metadata (DCP's plans) then need no second
         # backend and no round trip through the device.
         dist.Backend.register_backend(BACKEND, create_process_group, devices=["tpu", "cpu"])
+    c10d = dist.distributed_c10d if dist.is_available() else None
+    if c10d is not None and not getattr(c10d._set_pg_timeout, "tpu_dist", False):
+        c10d._set_pg_timeout = _with_tpu_dist_timeouts(c10d._set_pg_timeout)
 
 
 _register()
