@@ -195,6 +195,19 @@ def test_default_backend_is_tpu_for_tpu_tensors_only():
     assert torch._TorchCompileInductorWrapper.__call__ is inductor
 
 
+def test_default_backend_takes_graphs_that_make_tpu_tensors():
+    # No tpu input (a Python int): the graph makes its tpu tensors, so it is tpu's, not
+    # Inductor's (which has no tpu code generator).
+    def fn(n):
+        return torch.arange(n, device="tpu") * 2 + torch.ones(n, device="tpu")
+
+    torch._dynamo.reset()
+    before = torch_tpu.metrics()["executions"]
+    out = torch.compile(fn)(5)
+    assert out.device.type == "tpu" and torch_tpu.metrics()["executions"] > before
+    torch.testing.assert_close(out.cpu(), torch.arange(5) * 2.0 + 1)
+
+
 def test_explain_reports_graphs_and_breaks():
     def fn(x):
         y = x.sin()

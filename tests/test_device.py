@@ -101,6 +101,20 @@ def test_backend_registration():
     assert PLATFORM == torch_tpu._platform.select().platform
 
 
+def test_torchtpu_loader_entry_points():
+    # What integrations written for TorchTPU call (Ray Train's TPU backend: load()).
+    code = (
+        "import torch_tpu._loader as loader, torch, torch.distributed as dist; "
+        "loader.load(); loader._init_device('tpu'); "
+        "assert 'tpu_dist' in dist.Backend.backend_list and hasattr(torch, 'tpu'); "
+        "assert not torch.tpu.is_initialized()\n"
+        "try: loader._init_device('xla')\n"
+        "except ValueError as e: print(e)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "registers the 'tpu' device type, not 'xla'" in out.stdout
+
+
 # ---------------------------------------------------------------- tensors & modules
 
 

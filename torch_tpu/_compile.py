@@ -247,16 +247,28 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
         )(gm, example_inputs)
 
 
-def _has_tpu_tensor(inputs) -> bool:
-    return any(isinstance(t, torch.Tensor) and t.device.type == "tpu" for t in inputs)
+def _is_tpu_tensor(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "tpu"
+
+
+def _uses_tpu(model, inputs) -> bool:
+    """Whether a graph takes tpu tensors, or makes them (``torch.arange(n, device="tpu")``
+    of a Python int): Dynamo records each node's value as a fake tensor on its device."""
+    if any(_is_tpu_tensor(t) for t in inputs):
+        return True
+    for node in getattr(getattr(model, "graph", None), "nodes", ()):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if any(_is_tpu_tensor(v) for v in torch.utils._pytree.tree_leaves(value)):
+            return True
+    return False
 
 
 def install_default_backend() -> None:
     """Plain ``torch.compile(model)`` on tpu tensors uses ``"tpu"``.
 
-    The default (Inductor) wrapper picks per graph: graphs with tpu tensor inputs
-    go to ``tpu_backend``, every other graph to Inductor unchanged, so importing
-    torch_tpu never changes compilation for other devices.
+    The default (Inductor) wrapper picks per graph: graphs that take or make tpu
+    tensors go to ``tpu_backend``, every other graph to Inductor unchanged, so
+    importing torch_tpu never changes compilation for other devices.
     """
     wrapper = torch._TorchCompileInductorWrapper
     if getattr(wrapper, "_torch_tpu_routed", False):
@@ -265,7 +277,7 @@ def install_default_backend() -> None:
 
     @functools.wraps(inductor_call)
     def call(self, model_, inputs_):
-        if _has_tpu_tensor(inputs_):
+        if _uses_tpu(model_, inputs_):
             return tpu_backend(model_, inputs_)
         return inductor_call(self, model_, inputs_)
 
