@@ -118,6 +118,34 @@ def _freeze_objects_at_exit() -> None:
 atexit.register(_freeze_objects_at_exit)
 
 
+def _drain_autograd_device_threads() -> None:
+    """Lets the autograd engine's tpu thread let go of its last backward before the
+    interpreter finalizes.
+
+    PyTorch keeps a Python object (the caller's ``contextvars`` context) in the state each
+    backward carries, and the device thread that ran it drops its reference just after the
+    caller's ``backward()`` returned. At exit the thread then takes the GIL of a finalizing
+    interpreter, which ends the thread by unwinding it through a ``noexcept`` frame:
+    ``terminate called without an active exception`` (one process in five, here). A
+    backward queued on each device is taken by the thread after it let go of the previous
+    one. It is started without that context and returns nothing (its gradient accumulates
+    into a leaf the caller holds), so its task holds nothing that needs the GIL to drop; of
+    a zero-size view, it runs no program."""
+    if not _C._is_started():
+        return
+    engine = torch.autograd.Variable._execution_engine
+    try:
+        for index in range(torch.tpu.device_count()):
+            leaf = torch.empty(0, device=torch.device("tpu", index), requires_grad=True)
+            grad = torch.empty_like(leaf)
+            engine.run_backward((leaf.view(0),), (grad,), False, False, (), False, True)
+    except Exception:  # exiting: never raise from here
+        pass
+
+
+atexit.register(_drain_autograd_device_threads)
+
+
 def platform() -> str:
     """The platform that runs the ``tpu`` device: ``'tpu'``, ``'cuda'`` or ``'cpu'``."""
     return platform_selection.platform

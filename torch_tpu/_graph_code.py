@@ -28,9 +28,14 @@ class GraphCode(OutputCode):
         return self._graph(inputs)
 
     def prepare_for_serialization(self) -> None:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
         from torch.fx._graph_pickler import GraphPickler, Options
 
-        self._pickled = GraphPickler.dumps(self._graph.gm, Options(ops_filter=None))
+        # The cache saves under the compile's fake mode; the graph's real tpu tensor
+        # constants (a `torch.tensor(...)` in the compiled code) pickle through a copy
+        # to the host, which that mode would refuse.
+        with unset_fake_temporarily():
+            self._pickled = GraphPickler.dumps(self._graph.gm, Options(ops_filter=None))
         self._graph = None
 
     def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
@@ -40,8 +45,11 @@ class GraphCode(OutputCode):
         from torch._subclasses import FakeTensorMode
         from torch.fx._graph_pickler import GraphPickler
 
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
         fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode()
-        gm = GraphPickler.loads(self._pickled, fake_mode)
+        with unset_fake_temporarily():  # real constants go back to the device
+            gm = GraphPickler.loads(self._pickled, fake_mode)
         gm.recompile()
         self._graph = CompiledGraph(gm)
 
