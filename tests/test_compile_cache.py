@@ -82,19 +82,25 @@ print("AOT", counters["aot_autograd"]["autograd_cache_hit"], counters["aot_autog
 """
 
 
+def run_with_caches(script: str, caches) -> dict[str, str]:
+    """Runs ``script`` in a new process with its caches under ``caches``; its "KEY value"
+    lines."""
+    out = run_python(
+        script,
+        TORCH_TPU_CACHE_DIR=str(caches / "xla"),
+        TORCHINDUCTOR_CACHE_DIR=str(caches / "torch"),
+        TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="compile_cache_"),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+
+
 def test_second_process_of_a_compiled_step_compiles_nothing(tmp_path):
     """Nor does it trace again with AOTAutograd: its graphs come from AOTAutograd's
     cache (under PyTorch's compile cache directory)."""
 
     def run_compiled():
-        out = run_python(
-            COMPILED_SCRIPT,
-            TORCH_TPU_CACHE_DIR=str(tmp_path / "xla"),
-            TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch"),
-            TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="compile_cache_"),
-        )
-        assert out.returncode == 0, out.stderr
-        lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+        lines = run_with_caches(COMPILED_SCRIPT, tmp_path)
         return lines["VALUE"], *map(int, lines["COUNTS"].split()), *map(int, lines["AOT"].split())
 
     value, compiles, loads, aot_hits, aot_misses = run_compiled()
@@ -127,14 +133,7 @@ def test_graphs_with_tpu_tensor_constants_are_cached(tmp_path):
     compile's fake mode) and a second process loads it, constants back on the device."""
 
     def run_constant():
-        out = run_python(
-            CONSTANT_SCRIPT,
-            TORCH_TPU_CACHE_DIR=str(tmp_path / "xla"),
-            TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch"),
-            TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="compile_cache_"),
-        )
-        assert out.returncode == 0, out.stderr
-        lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+        lines = run_with_caches(CONSTANT_SCRIPT, tmp_path)
         return lines["VALUE"], lines["AOT"]
 
     value, aot = run_constant()
@@ -148,10 +147,4 @@ def test_processes_exit_cleanly_right_after_a_compiled_backward(tmp_path):
     after backward() returned; at exit that aborted about one process in five ("terminate
     called without an active exception") until torch_tpu let it finish first (atexit)."""
     for run in range(4):
-        out = run_python(
-            CONSTANT_SCRIPT,
-            TORCH_TPU_CACHE_DIR=str(tmp_path / f"xla{run}"),
-            TORCHINDUCTOR_CACHE_DIR=str(tmp_path / f"torch{run}"),
-            TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="compile_cache_"),
-        )
-        assert out.returncode == 0, out.stderr[-2000:]
+        run_with_caches(CONSTANT_SCRIPT, tmp_path / str(run))  # exit status 0
