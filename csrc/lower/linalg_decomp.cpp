@@ -2,8 +2,8 @@
 // geqrf/orgqr/ormqr conventions), Hermitian eigendecomposition and SVD by
 // Jacobi rotations, and matrix_exp by scaling and squaring.
 //
-// As in linalg.cpp, each loop step updates whole matrices under masks (rows
-// and columns picked by comparing with iota), so batches need no gathers.
+// Loop steps read and write single rows and columns with dynamic slices, whole
+// along the batch dimensions (no gathers).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,41 +21,46 @@ namespace {
 using namespace linalg;
 using hlo::Comparison;
 using Values = std::vector<Value>;
+// The slice of x one wide at `at` (a runtime scalar) along `axis`: O(size),
+// where a mask over the whole matrix made each Jacobi pair O(n^2) (an SVD of
+// 1000 x 1000 ran for hours).
+std::vector<Value> starts_at(Builder& b, const Value& x, int64_t axis, const Value& at) {
+  std::vector<Value> starts(x.rank(), b.constant_int(0, at.type()));
+  starts[axis] = at;
+  return starts;
+}
+
+Value take(Builder& b, const Value& x, int64_t axis, const Value& at) {
+  Dims one = x.dims();
+  one[axis] = 1;
+  Dims out = x.dims();
+  out.erase(out.begin() + axis);
+  return b.reshape(b.dynamic_slice(x, starts_at(b, x, axis, at), one), out);
+}
+
+Value put(Builder& b, const Value& x, int64_t axis, const Value& at, const Value& v) {
+  Dims one = x.dims();
+  one[axis] = 1;
+  return b.dynamic_update_slice(x, b.reshape(v, one), starts_at(b, x, axis, at));
+}
 
 // Column `j` (a runtime scalar) of x [..., m, n], as [..., m].
-Value column(Builder& b, const Value& x, const Value& j) {
-  const Dims& d = x.dims();
-  Value at = b.compare(index(b, d, -1), splat(b, j, d), Comparison::EQ);
-  return reduce_sum(b, b.select(at, x, zeros(b, x.type(), d)), {x.rank() - 1});
-}
+Value column(Builder& b, const Value& x, const Value& j) { return take(b, x, x.rank() - 1, j); }
 
 // Row `i` (a runtime scalar) of x [..., m, n], as [..., n].
-Value row(Builder& b, const Value& x, const Value& i) {
-  const Dims& d = x.dims();
-  Value at = b.compare(index(b, d, -2), splat(b, i, d), Comparison::EQ);
-  return reduce_sum(b, b.select(at, x, zeros(b, x.type(), d)), {x.rank() - 2});
-}
+Value row(Builder& b, const Value& x, const Value& i) { return take(b, x, x.rank() - 2, i); }
 
 // x with column j replaced by `v` [..., m].
 Value set_column(Builder& b, const Value& x, const Value& j, const Value& v) {
-  const Dims& d = x.dims();
-  Value at = b.compare(index(b, d, -1), splat(b, j, d), Comparison::EQ);
-  return b.select(at, along(b, v, d, -1), x);
+  return put(b, x, x.rank() - 1, j, v);
 }
 
 Value set_row(Builder& b, const Value& x, const Value& i, const Value& v) {
-  const Dims& d = x.dims();
-  Value at = b.compare(index(b, d, -2), splat(b, i, d), Comparison::EQ);
-  return b.select(at, along(b, v, d, -2), x);
+  return put(b, x, x.rank() - 2, i, v);
 }
 
 // Entry j of v [..., n] for a runtime scalar j.
-Value entry(Builder& b, const Value& v, const Value& j) {
-  const Dims& d = v.dims();
-  Value at = b.compare(index(b, d, -1), splat(b, j, d), Comparison::EQ);
-  return reduce_sum(b, b.select(at, v, zeros(b, v.type(), d)), {v.rank() - 1});
-}
-
+Value entry(Builder& b, const Value& v, const Value& j) { return take(b, v, v.rank() - 1, j); }
 // Sum over the last axis of conj(x) * y.
 Value inner(Builder& b, const Value& x, const Value& y) {
   return reduce_sum(b, b.mul(conj(b, x), y), {x.rank() - 1});
