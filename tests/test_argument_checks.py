@@ -197,6 +197,7 @@ CASES["abs_complex_into_long"] = lambda d: torch.abs(
 CASES["abs_complex_into_wider_complex"] = lambda d: torch.abs(
     ones(2, dtype=torch.complex64, device=d), out=ones(2, dtype=torch.complex128, device=d)
 )
+CASES["abs_in_place_complex"] = lambda d: ones(2, dtype=torch.complex64, device=d).abs_()
 CASES["round_out_dtype"] = lambda d: torch.round(ones(2, device=d), out=ones(2, dtype=L, device=d))
 CASES["nan_to_num_out_dtype"] = lambda d: torch.nan_to_num(
     ones(2, device=d), out=ones(2, dtype=F64, device=d)

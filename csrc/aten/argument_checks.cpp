@@ -441,6 +441,11 @@ void abs_out(Args a) {
   TORCH_CHECK(out == self, "Found dtype ", out, " but expected ", self);
 }
 
+void abs_in_place(Args a) {
+  TORCH_CHECK(!c10::isComplexType(dtype(a[0])),
+              "In-place abs is not supported for complex tensors.");
+}
+
 // frexp(self, *, mantissa, exponent), in the CPU's words (caffe2's dtype names).
 void frexp_out(Args a) {
   auto name = [](at::ScalarType t) { return c10::scalarTypeToTypeMeta(t).name(); };
@@ -931,6 +936,7 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::normal.Tensor_Tensor", normal_std_tensor<1>},
       {"aten::randperm.generator_out", randperm_out},
       {"aten::abs.out", abs_out},
+      {"aten::abs_", abs_in_place},
       {"aten::frexp.Tensor_out", frexp_out},
       {"aten::neg.out", out_of_self_dtype},
       {"aten::round.out", out_of_self_dtype},
