@@ -10,8 +10,9 @@ namespace {
 
 using hlo::Comparison;
 
-Value k(Builder& b, const Value& like, double v) { return full_like(b, like, v); }
-Value eq(Builder& b, const Value& x, double v) { return b.compare(x, k(b, x, v), Comparison::EQ); }
+Value eq(Builder& b, const Value& x, double v) {
+  return b.compare(x, full_like(b, x, v), Comparison::EQ);
+}
 Value chlo(Builder& b, const char* op, const Value& z) {
   return b.emit(std::string("chlo.") + op, {z}, "", {z.shape})[0];
 }
@@ -28,7 +29,7 @@ Value with_signs_of(Builder& b, const Value& r, const Value& z) {
 Value complex_divide(Builder& b, const Value& x, const Value& y) {
   Value a = b.real(x), bi = b.imag(x), c = b.real(y), d = b.imag(y);
   Value abs_c = b.abs(c), abs_d = b.abs(d);
-  Value one = k(b, c, 1);
+  Value one = full_like(b, c, 1);
   // |c| >= |d|: divide through by c.
   Value rat = b.div(d, c);
   Value scl = b.div(one, b.add(c, b.mul(d, rat)));
@@ -54,9 +55,9 @@ Value complex_multiply(Builder& b, const Value& x, const Value& y) {
   // Where both parts are NaN: an infinite factor is "boxed" to a unit (its
   // NaN parts and the other factor's made 0), or products that overflowed
   // recovered with NaN parts made 0, and the product taken times infinity.
-  Value zero = k(b, a, 0);
+  Value zero = full_like(b, a, 0);
   auto unit = [&](const Value& v) {
-    return copy_sign(b, b.select(is_inf(b, v), k(b, v, 1), zero), v);
+    return copy_sign(b, b.select(is_inf(b, v), full_like(b, v, 1), zero), v);
   };
   auto nan_to_zero = [&](const Value& v) {
     return b.select(is_nan(b, v), copy_sign(b, zero, v), v);
@@ -74,7 +75,7 @@ Value complex_multiply(Builder& b, const Value& x, const Value& y) {
   b2 = b.select(recover_overflow, nan_to_zero(bi), b2);
   c2 = b.select(recover_overflow, nan_to_zero(c), c2);
   d2 = b.select(recover_overflow, nan_to_zero(d), d2);
-  Value inf = k(b, a, INFINITY);
+  Value inf = full_like(b, a, INFINITY);
   Value re2 = b.mul(inf, b.sub(b.mul(a2, c2), b.mul(b2, d2)));
   Value im2 = b.mul(inf, b.add(b.mul(a2, d2), b.mul(b2, c2)));
   Value recalc =
@@ -84,7 +85,7 @@ Value complex_multiply(Builder& b, const Value& x, const Value& y) {
 
 Value complex_scale(Builder& b, const Value& z, double factor) {
   Value re = b.real(z), im = b.imag(z);
-  return b.complex(b.mul(re, k(b, re, factor)), b.mul(im, k(b, im, factor)));
+  return b.complex(b.mul(re, full_like(b, re, factor)), b.mul(im, full_like(b, im, factor)));
 }
 
 // e^x (cos y + i sin y), with Im exactly y where y is 0 (exp(inf + 0i) is
@@ -97,12 +98,12 @@ Value complex_exp(Builder& b, const Value& z) {
   Value im = b.select(eq(b, y, 0), y, b.mul(e, b.unary("sine", y)));
   Value y_not_finite = b.not_(b.is_finite(y));
   Value vanishes = b.and_(eq(b, x, -INFINITY), y_not_finite);
-  Value zero = k(b, x, 0);
+  Value zero = full_like(b, x, 0);
   re = b.select(vanishes, zero, re);
   im = b.select(vanishes, copy_sign(b, zero, y), im);
   Value unbounded = b.and_(eq(b, x, INFINITY), y_not_finite);
-  re = b.select(unbounded, k(b, x, INFINITY), re);
-  im = b.select(unbounded, k(b, x, NAN), im);
+  re = b.select(unbounded, full_like(b, x, INFINITY), re);
+  im = b.select(unbounded, full_like(b, x, NAN), im);
   return b.complex(re, im);
 }
 
@@ -111,7 +112,7 @@ Value complex_log(Builder& b, const Value& z) {
   Value x = b.real(z), y = b.imag(z);
   Value r = b.log(z);
   Value infinite = is_inf(b, z);
-  return b.complex(b.select(infinite, k(b, x, INFINITY), b.real(r)),
+  return b.complex(b.select(infinite, full_like(b, x, INFINITY), b.real(r)),
                    b.select(infinite, b.atan2(y, x), b.imag(r)));
 }
 
@@ -122,7 +123,7 @@ Value complex_sqrt(Builder& b, const Value& z) {
   Value y = b.imag(z);
   Value re = b.real(r), im = copy_sign(b, b.imag(r), y);
   Value y_inf = is_inf(b, y);
-  return b.complex(b.select(y_inf, k(b, re, INFINITY), re), b.select(y_inf, y, im));
+  return b.complex(b.select(y_inf, full_like(b, re, INFINITY), re), b.select(y_inf, y, im));
 }
 
 // atanh(+-inf + NaN i) = +-0 + NaN i; atanh(NaN +- inf i) = 0 +- i pi/2.
@@ -131,11 +132,11 @@ Value complex_atanh(Builder& b, const Value& z) {
   Value r = with_signs_of(b, chlo(b, "atanh", z), z);
   Value re = b.real(r), im = b.imag(r);
   Value inf_nan = b.and_(is_inf(b, x), is_nan(b, y));
-  re = b.select(inf_nan, copy_sign(b, k(b, x, 0), x), re);
+  re = b.select(inf_nan, copy_sign(b, full_like(b, x, 0), x), re);
   im = b.select(inf_nan, y, im);
   Value nan_inf = b.and_(is_nan(b, x), is_inf(b, y));
-  re = b.select(nan_inf, k(b, x, 0), re);
-  im = b.select(nan_inf, copy_sign(b, k(b, y, M_PI_2), y), im);
+  re = b.select(nan_inf, full_like(b, x, 0), re);
+  im = b.select(nan_inf, copy_sign(b, full_like(b, y, M_PI_2), y), im);
   return b.complex(re, im);
 }
 

@@ -621,7 +621,8 @@ Value integral_pow(Builder& b, const Value& x, const Value& e) {
 // pow(Tensor, Scalar): the CPU kernel computes common exponents with
 // sqrt/rsqrt/reciprocal/multiplications (exact, and sqrt(-inf) is NaN where
 // pow gives inf), so the rule selects on the runtime exponent. ATen fills 1
-// for an exponent of 0 and copies the base for 1 (which complex pow would not).
+// for an exponent of 0 and copies the base for 1 (which complex pow would not:
+// exp(0 * log 0) is NaN).
 Value pow_by_scalar(Builder& b, const Value& x, const Value& e) {
   bool complex = is_complex(x.type());
   Value exponent = broadcast_to(b, e, x.dims());
@@ -637,8 +638,10 @@ Value pow_by_scalar(Builder& b, const Value& x, const Value& e) {
   special(0.5, sqrt_of(b, x));
   special(-0.5, rsqrt_of(b, x));
   special(-1, reciprocal_of(b, x));
-  special(1, x);
-  special(0, one);
+  if (complex) {  // real pow gives these already
+    special(1, x);
+    special(0, one);
+  }
   return r;
 }
 
