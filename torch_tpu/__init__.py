@@ -67,9 +67,11 @@ def _register() -> None:
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
     from . import _isclose, _meta, _module_conversion, _stablehlo_call, backends, dynamism  # noqa: F401
+    from . import _flex_attention
 
     backends._install()
     _module_conversion.install()
+    _flex_attention.install()
     # TPUs compute in bfloat16: torch.autocast("tpu") without a dtype uses it, as TorchTPU
     # does (PyTorch's default for a PrivateUse1 device is float16). Thread-local in PyTorch:
     # this sets it for the importing thread.
