@@ -90,7 +90,7 @@ check-torch-min: $(STAMP)
 #     themselves, and the file passes with TORCH_TPU_EAGER_MODE=defer_and_fuse),
 #     what does not depend on the mode (packaging, command lines, the host's
 #     argument checks) and the tests that run every mode themselves (data
-#     checks, custom kernels, profiler);
+#     checks, custom kernels, profiler, the frameworks of tests/test_frameworks.py);
 #   PER_OP_TESTS the per-op files, tests/test_ops_*.py and the zero-size sweep:
 #     one op per graph, which defer_and_fuse compiles to strict mode's program.
 # `make test-all` runs every file in every mode (the full matrix):
@@ -100,7 +100,8 @@ STRICT_ONLY ?= --ignore=tests/test_ops.py --ignore=tests/test_compile.py \
 	--ignore=tests/test_bounded_dynamism.py --ignore=tests/test_distributed.py \
 	--ignore=tests/test_packaging.py --ignore=tests/test_command_line.py \
 	--ignore=tests/test_argument_checks.py --ignore=tests/test_data_checks.py \
-	--ignore=tests/test_kernels.py --ignore=tests/test_profiler.py
+	--ignore=tests/test_kernels.py --ignore=tests/test_profiler.py \
+	--ignore=tests/test_frameworks.py
 PER_OP_TESTS ?= --ignore-glob='tests/test_ops_*.py' --ignore=tests/test_zero_size.py
 DEBUG_TESTS ?= tests/test_device.py tests/test_eager_modes.py tests/test_views.py \
 	tests/test_training.py tests/test_autograd.py

@@ -208,6 +208,48 @@ def test_default_backend_takes_graphs_that_make_tpu_tensors():
     torch.testing.assert_close(out.cpu(), torch.arange(5) * 2.0 + 1)
 
 
+def test_selective_checkpointing_around_a_compiled_region(all_captured):
+    """TorchTitan's pattern: a compiled function inside a selectively checkpointed block.
+    The recompute must see the ops its forward saw, though one call captures the graph
+    and the next replays it: to dispatch modes a compiled graph is one op."""
+    import functools
+
+    from torch.utils.checkpoint import (
+        CheckpointPolicy,
+        checkpoint,
+        create_selective_checkpoint_contexts,
+    )
+
+    compiled_region = torch.ops.higher_order.inductor_compiled_code
+    saved = []
+
+    def policy(ctx, func, *args, **kwargs):
+        if func is compiled_region and not ctx.is_recompute:
+            saved.append(func)
+        if func in (torch.ops.aten.mm.default, compiled_region):
+            return CheckpointPolicy.MUST_SAVE
+        return CheckpointPolicy.PREFER_RECOMPUTE
+
+    inner = torch.compile(lambda x, w: (x.sin() @ w).relu().t(), backend="tpu")
+
+    def block(x, w):
+        return inner(x * 2, w).cos()
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+    xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+    block(xc, wc).sum().backward()
+    xt, wt = x.to("tpu").requires_grad_(), w.to("tpu").requires_grad_()
+    context = functools.partial(create_selective_checkpoint_contexts, policy)
+    for _ in range(3):  # a capture, then replays
+        xt.grad = wt.grad = None
+        out = checkpoint(block, xt, wt, use_reentrant=False, context_fn=context)
+        out.sum().backward()
+        torch.testing.assert_close(xt.grad.cpu(), xc.grad)
+        torch.testing.assert_close(wt.grad.cpu(), wc.grad)
+    assert len(saved) == 3
+
+
 def test_explain_reports_graphs_and_breaks():
     def fn(x):
         y = x.sin()

@@ -228,12 +228,31 @@ def test_device_module_queries():
     with torch.tpu.device(0):
         assert torch.tpu.current_device() == 0
     torch.tpu.synchronize()
-    if PLATFORM != "tpu":  # a TPU's name is its kind ("TPU v6 lite")
+    if PLATFORM != "tpu":  # a TPU's name is its product name ("TPU v6e")
         assert torch.tpu.get_device_name().endswith(f"({PLATFORM} platform)")
     props = torch.tpu.get_device_properties(0)
     assert props.name == torch.tpu.get_device_name(0)
     assert props.total_memory > 0
     assert torch.tpu.get_amp_supported_dtype() == [torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize(
+    "platform, kind, name",
+    [
+        ("tpu", "TPU v4", "TPU v4"),
+        ("tpu", "TPU v5 lite", "TPU v5e"),
+        ("tpu", "TPU v5", "TPU v5p"),
+        ("tpu", "TPU v6 lite", "TPU v6e"),
+        ("tpu", "TPU7x", "TPU v7x"),
+        ("cuda", "NVIDIA H200", "NVIDIA H200 (cuda platform)"),
+        ("cpu", "cpu", "XLA CPU (cpu platform)"),
+    ],
+)
+def test_device_names_carry_the_product_name(platform, kind, name):
+    """Frameworks look the name up (TorchTitan's peak FLOPS for MFU matches "v6e", "H200")."""
+    from torch_tpu.device_module import _device_name
+
+    assert _device_name(platform, kind) == name
 
 
 def test_memory_statistics():

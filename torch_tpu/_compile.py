@@ -11,11 +11,14 @@ op in the current eager mode, with a warning naming the reason.
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch._C import DispatchKey
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from torch_tpu import _C
 
@@ -46,6 +49,7 @@ class CompiledGraph:
         self.gm = gm
         self.captured: dict[tuple, list[tuple[Any, list]]] = {}
         self.eager_reason: str | None = None
+        self.region = None  # the graph as one op, made when a dispatch mode first runs it
         # Runs at the bounds of its sizes (bounded_dynamism), or None: one program per size.
         self.bounds: _bounded.BoundedGraph | None = None
         if bounded:
@@ -65,6 +69,11 @@ class CompiledGraph:
         # Boxed (one list, which AOTAutograd may clear) or, through wrappers that
         # hide `_boxed_call`, unboxed: graph inputs are tensors and numbers.
         args = list(args[0]) if len(args) == 1 and isinstance(args[0], list) else list(args)
+        if is_in_torch_dispatch_mode():
+            return _as_one_op(self, args)
+        return self._call(args)
+
+    def _call(self, args: list) -> Any:
         if self.bounds is None:
             return self._run(args)
         if self.eager_reason is None:
@@ -127,6 +136,22 @@ class CompiledGraph:
         if len(layouts) > _MAX_LAYOUTS:
             layouts.pop(0)
         return result
+
+
+def _as_one_op(graph: CompiledGraph, args: list) -> Any:
+    """Runs `graph` as one op to the active dispatch modes, PyTorch's own way of showing a
+    compiled region (Inductor's wrap_inductor_compiled_regions): a capture and a replay
+    dispatch different ops, and selective activation checkpointing's recompute must see
+    the ops its forward saw (it saves the region's outputs or recomputes it whole)."""
+    from torch._higher_order_ops.wrap import InductorCompiledCallable, inductor_compiled_code
+
+    if graph.region is None:
+        stripped = copy.deepcopy(graph.gm)  # the fake-tensor rule re-derives its metadata
+        for node in stripped.graph.nodes:
+            node.meta.clear()
+        graph.region = InductorCompiledCallable(graph._call, stripped)
+        inductor_compiled_code.fallthrough(DispatchKey.AutogradPrivateUse1)
+    return inductor_compiled_code(graph.region, args)
 
 
 def _device_of(tensors: list) -> int | None:

@@ -221,16 +221,27 @@ def get_device_properties(device: Any = None) -> DeviceProperties:
     return DeviceProperties(name=get_device_name(device), platform=platform, total_memory=total)
 
 
-def get_device_name(device: Any = None) -> str:
-    """What actually runs the device: e.g. ``'TPU v6 lite'`` or ``'XLA CPU (cpu platform)'``."""
-    props = _C._device_properties(_index(device))
-    platform = _C._platform()
-    kind = props["kind"]
+# libtpu's device kinds whose product name differs: frameworks match the name (TorchTitan's
+# table of peak FLOPS for MFU looks for "v5e", "v5p", "v6e", "v7"), as TorchTPU names them.
+_TPU_PRODUCT_NAMES = {
+    "TPU v5 lite": "TPU v5e",
+    "TPU v5": "TPU v5p",
+    "TPU v6 lite": "TPU v6e",
+    "TPU7x": "TPU v7x",
+}
+
+
+def _device_name(platform: str, kind: str) -> str:
     if platform == "cpu":
         return f"XLA {kind.upper()} (cpu platform)"
     if platform == "cuda":
-        return f"{kind} (cuda platform)"
-    return kind
+        return f"{kind} (cuda platform)"  # e.g. "NVIDIA H200", as CUDA names it
+    return _TPU_PRODUCT_NAMES.get(kind, kind)
+
+
+def get_device_name(device: Any = None) -> str:
+    """What actually runs the device: e.g. ``'TPU v6e'`` or ``'XLA CPU (cpu platform)'``."""
+    return _device_name(_C._platform(), _C._device_properties(_index(device))["kind"])
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
