@@ -311,3 +311,20 @@ def test_graph_with_a_cpu_tensor_runs_op_by_op_and_ends_the_capture():
         (x.to("tpu") + 1).cpu()
         assert torch_tpu.metrics()["deferred_ops"] == before  # strict again, not recording
     assert any("takes a tensor on cpu" in str(w.message) for w in caught)
+
+
+def test_host_scalar_inputs_copied_to_tpu_do_not_split_the_graph(all_captured):
+    """A 0-d host tensor that the graph only copies to tpu (Transformers' static cache
+    keeps its counters so) is copied before the program, which replays."""
+
+    def fn(x, n):
+        return x * n.to(x.device) + 1
+
+    compiled = torch.compile(fn, backend="tpu")
+    x = torch.randn(4, device="tpu")
+    for n in (2, 3, 5):
+        before = torch_tpu.metrics()["executions"]
+        out = compiled(x, torch.tensor(n))
+        torch.testing.assert_close(out.cpu(), x.cpu() * n + 1)
+    # The last call replays one program (the input's copy is a transfer, not a program).
+    assert torch_tpu.metrics()["executions"] - before == 1

@@ -50,6 +50,7 @@ class CompiledGraph:
         self.captured: dict[tuple, list[tuple[Any, list]]] = {}
         self.eager_reason: str | None = None
         self.region = None  # the graph as one op, made when a dispatch mode first runs it
+        self.uploaded = _copied_to_tpu_only(gm)
         # Runs at the bounds of its sizes (bounded_dynamism), or None: one program per size.
         self.bounds: _bounded.BoundedGraph | None = None
         if bounded:
@@ -74,6 +75,9 @@ class CompiledGraph:
         return self._call(args)
 
     def _call(self, args: list) -> Any:
+        for k, device in self.uploaded:
+            if isinstance(args[k], torch.Tensor) and args[k].device.type == "cpu":
+                args[k] = args[k].to(device, non_blocking=True)
         if self.bounds is None:
             return self._run(args)
         if self.eager_reason is None:
@@ -152,6 +156,22 @@ def _as_one_op(graph: CompiledGraph, args: list) -> Any:
         graph.region = InductorCompiledCallable(graph._call, stripped)
         inductor_compiled_code.fallthrough(DispatchKey.AutogradPrivateUse1)
     return inductor_compiled_code(graph.region, args)
+
+
+def _copied_to_tpu_only(gm: torch.fx.GraphModule) -> list[tuple[int, torch.device]]:
+    """The inputs that the graph only copies to one tpu device, and that device
+    (Transformers' static cache keeps 0-d counters on the host): copied before the graph
+    runs, the program takes them as device inputs instead of the graph running op by op."""
+    copied = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for k, node in enumerate(placeholders):
+        copies = [u for u in node.users if u.target is torch.ops.aten._to_copy.default]
+        devices = {u.kwargs.get("device") for u in copies}
+        if copies and len(copies) == len(node.users) and len(devices) == 1:
+            (device,) = devices
+            if isinstance(device, torch.device) and device.type == "tpu":
+                copied.append((k, device))
+    return copied
 
 
 def _device_of(tensors: list) -> int | None:
