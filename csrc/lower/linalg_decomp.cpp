@@ -2,8 +2,9 @@
 // geqrf/orgqr/ormqr conventions), Hermitian eigendecomposition and SVD by
 // Jacobi rotations, and matrix_exp by scaling and squaring.
 //
-// Loop steps read and write single rows and columns with dynamic slices, whole
-// along the batch dimensions (no gathers).
+// QR's loop steps read and write single columns with dynamic slices; Jacobi's
+// steps rotate every disjoint pair of a round at once. Both whole along the
+// batch dimensions.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -47,24 +48,13 @@ Value put(Builder& b, const Value& x, int64_t axis, const Value& at, const Value
 // Column `j` (a runtime scalar) of x [..., m, n], as [..., m].
 Value column(Builder& b, const Value& x, const Value& j) { return take(b, x, x.rank() - 1, j); }
 
-// Row `i` (a runtime scalar) of x [..., m, n], as [..., n].
-Value row(Builder& b, const Value& x, const Value& i) { return take(b, x, x.rank() - 2, i); }
-
 // x with column j replaced by `v` [..., m].
 Value set_column(Builder& b, const Value& x, const Value& j, const Value& v) {
   return put(b, x, x.rank() - 1, j, v);
 }
 
-Value set_row(Builder& b, const Value& x, const Value& i, const Value& v) {
-  return put(b, x, x.rank() - 2, i, v);
-}
-
 // Entry j of v [..., n] for a runtime scalar j.
 Value entry(Builder& b, const Value& v, const Value& j) { return take(b, v, v.rank() - 1, j); }
-// Sum over the last axis of conj(x) * y.
-Value inner(Builder& b, const Value& x, const Value& y) {
-  return reduce_sum(b, b.mul(conj(b, x), y), {x.rank() - 1});
-}
 
 Value as_type(Builder& b, const Value& real, ElementType t) {
   return is_complex(t) ? b.complex(real, zeros(b, real.type(), real.dims())) : real;
@@ -270,72 +260,132 @@ Rotation jacobi_rotation(Builder& r, const Value& a, const Value& d, const Value
   return {cos, r.mul(tan, cos), w, tan, mag};
 }
 
-// X G on columns p and q of X [..., m, n].
-Value rotate_columns(Builder& r, const Value& x, const Value& p, const Value& q,
-                     const Rotation& g) {
-  const ElementType t = x.type();
-  Dims vm = leading(x.dims(), 1);
-  vm.back() = x.dim(-2);
-  auto vec = [&](const Value& v) { return along(r, as_type(r, v, t), vm, -1); };
-  Value cw = along(r, conj(r, g.w), vm, -1);
-  Value xp = column(r, x, p), xq = column(r, x, q);
-  Value wq = r.mul(cw, xq);
-  Value new_p = r.sub(r.mul(vec(g.c), xp), r.mul(vec(g.s), wq));
-  Value new_q = r.add(r.mul(vec(g.s), xp), r.mul(vec(g.c), wq));
-  return set_column(r, set_column(r, x, p, new_p), q, new_q);
+// The index each index of the next round comes from, in the round-robin
+// ordering of n (even) indices paired (2k, 2k+1): the tops 2k and bottoms 2k+1
+// move one place round the tournament with index 0 fixed, so n - 1 rounds meet
+// every pair once and bring the indices back to their places.
+Dims round_robin_sources(int64_t n) {
+  const int64_t h = n / 2;
+  Dims from = iota_dims(n);
+  if (h < 2) return from;
+  from[2] = 1;  // bottom 0 moves to top 1
+  for (int64_t k = 2; k < h; ++k) from[2 * k] = 2 * (k - 1);
+  for (int64_t k = 0; k + 1 < h; ++k) from[2 * k + 1] = 2 * (k + 1) + 1;
+  from[2 * h - 1] = 2 * (h - 1);  // the last top moves to the last bottom
+  return from;
 }
 
-// G^H X on rows p and q of X [..., n, n].
-Value rotate_rows(Builder& r, const Value& x, const Value& p, const Value& q, const Rotation& g) {
-  const ElementType t = x.type();
-  Dims vn = leading(x.dims(), 1);
-  auto vec = [&](const Value& v) { return along(r, as_type(r, v, t), vn, -1); };
-  Value xp = row(r, x, p), xq = row(r, x, q);
-  Value wq = r.mul(along(r, g.w, vn, -1), xq);
-  Value new_p = r.sub(r.mul(vec(g.c), xp), r.mul(vec(g.s), wq));
-  Value new_q = r.add(r.mul(vec(g.s), xp), r.mul(vec(g.c), wq));
-  return set_row(r, set_row(r, x, p, new_p), q, new_q);
+// The entries 2k (which = 0) or 2k + 1 (which = 1) of y along `axis`.
+Value pair_half(Builder& r, const Value& y, int64_t axis, int64_t which) {
+  Dims split = y.dims();
+  split[axis] /= 2;
+  split.insert(split.begin() + axis + 1, 2);
+  Dims start(split.size(), 0), limit = split;
+  start[axis + 1] = which;
+  limit[axis + 1] = which + 1;
+  Dims half = y.dims();
+  half[axis] /= 2;
+  return r.reshape(r.slice(r.reshape(y, split), start, limit, Dims(split.size(), 1)), half);
 }
 
-// Cyclic Jacobi sweeps over the pairs p < q of n: `rotate` updates the
-// carried matrices for one pair and returns them with a convergence measure
-// ([] , the pair's); sweeps stop once a whole sweep's largest measure is at
-// most `tol`, or after `max_sweeps`.
-using PairFn = std::function<Values(Builder&, const Value& p, const Value& q, const Values& state)>;
+// The inverse of pair_half: p's entries at 2k, q's at 2k + 1 along `axis`.
+Value interleave(Builder& r, const Value& p, const Value& q, int64_t axis) {
+  Dims one = p.dims();
+  one.insert(one.begin() + axis + 1, 1);
+  Dims whole = p.dims();
+  whole[axis] *= 2;
+  return r.reshape(r.concatenate({r.reshape(p, one), r.reshape(q, one)}, axis + 1), whole);
+}
 
-Values jacobi_sweeps(Builder& b, int64_t n, const Values& state, double tol, int max_sweeps,
-                     const PairFn& rotate) {
-  if (n < 2) return state;
+// Every pair's rotation at once: X G on the columns (axis = rank - 1) or G^H X
+// on the rows (axis = rank - 2) of x [..., rows, cols]; g's values are [..., n/2].
+Value rotate_pairs(Builder& r, const Value& x, int64_t axis, const Rotation& g) {
+  const ElementType t = x.type();
+  const bool columns = axis == x.rank() - 1;
+  Value xp = pair_half(r, x, axis, 0), xq = pair_half(r, x, axis, 1);
+  // g's pair axis is the last; the other matrix axis is inserted beside it.
+  const int64_t other = columns ? -2 : -1;
+  auto vec = [&](const Value& v) { return along(r, as_type(r, v, t), xp.dims(), other); };
+  Value wq = r.mul(along(r, columns ? conj(r, g.w) : g.w, xp.dims(), other), xq);
+  Value new_p = r.sub(r.mul(vec(g.c), xp), r.mul(vec(g.s), wq));
+  Value new_q = r.add(r.mul(vec(g.s), xp), r.mul(vec(g.c), wq));
+  return interleave(r, new_p, new_q, axis);
+}
+
+// Jacobi sweeps in Brent and Luk's parallel ordering over n (even) indices:
+// `round` rotates the pairs (2k, 2k+1) of the carried matrices at once and
+// returns them with a convergence measure ([], the round's largest); `move`
+// then takes one along the tournament (round_robin_sources). A sweep is n - 1
+// vector steps, where the cyclic ordering took n (n - 1) / 2 serial ones;
+// sweeps stop once a whole sweep's largest measure is at most `tol`, or after
+// `max_sweeps`. Whole sweeps leave every index in its place.
+using RoundFn = std::function<Values(Builder&, const Values& state)>;
+using MoveFn = std::function<Values(Builder&, const Values& state, const Dims& from)>;
+
+Values parallel_jacobi_sweeps(Builder& b, int64_t n, const Values& state, double tol,
+                              int max_sweeps, const RoundFn& round, const MoveFn& move) {
   const ElementType mt = ElementType::F64;
-  Values init{b.constant_int(0, kIndex), b.constant_int(1, kIndex), b.constant_int(0, kIndex),
-              b.constant(0.0, mt)};
+  const Dims from = round_robin_sources(n);
+  auto konst = [](Builder& r, int64_t v) { return r.constant_int(v, kIndex); };
+  Values init{konst(b, 0), konst(b, 0), b.constant(0.0, mt)};
   init.insert(init.end(), state.begin(), state.end());
   auto cond = [max_sweeps](Builder& r, const Values& v) -> Values {
-    return {r.compare(v[2], r.constant_int(max_sweeps, kIndex), Comparison::LT)};
+    return {r.compare(v[1], r.constant_int(max_sweeps, kIndex), Comparison::LT)};
   };
   auto body = [&](Builder& r, const Values& v) -> Values {
-    const Value &p = v[0], &q = v[1], &sweep = v[2];
-    Values out = rotate(r, p, q, Values(v.begin() + 4, v.end()));
+    const Value &step = v[0], &sweep = v[1];
+    Values out = round(r, Values(v.begin() + 3, v.end()));
     Value measure = convert(r, out.back(), mt);
     out.pop_back();
-    Value worst = r.max(v[3], measure);
+    out = move(r, out, from);
+    Value worst = r.max(v[2], measure);
     worst = r.select(r.compare(measure, measure, Comparison::NE), r.constant(1e300, mt), worst);
-    auto konst = [&](int64_t x) { return r.constant_int(x, kIndex); };
-    Value q1 = next(r, q);
-    Value wrap = r.compare(q1, konst(n), Comparison::EQ);
-    Value p1 = r.select(wrap, next(r, p), p);
-    q1 = r.select(wrap, r.add(p1, konst(1)), q1);
-    Value end = r.and_(wrap, r.compare(p1, konst(n - 1), Comparison::EQ));
+    Value end = r.compare(step, konst(r, n - 2), Comparison::EQ);
     Value done = r.and_(end, r.compare(worst, r.constant(tol, mt), Comparison::LE));
-    Value sweep1 = r.select(end, next(r, sweep), sweep);
-    sweep1 = r.select(done, konst(max_sweeps), sweep1);
-    Values result{r.select(end, konst(0), p1), r.select(end, konst(1), q1), sweep1,
+    Value sweep1 = r.select(done, konst(r, max_sweeps), r.select(end, next(r, sweep), sweep));
+    Values result{r.select(end, konst(r, 0), next(r, step)), sweep1,
                   r.select(end, r.constant(0.0, mt), worst)};
     result.insert(result.end(), out.begin(), out.end());
     return result;
   };
   Values out = b.while_loop(init, cond, body);
-  return Values(out.begin() + 4, out.end());
+  return Values(out.begin() + 3, out.end());
+}
+
+// `x` [..., m, n] cut to its first `rows` rows and `cols` columns.
+Value top_left(Builder& b, const Value& x, int64_t rows, int64_t cols) {
+  Dims limit = append(leading(x.dims(), 2), {rows, cols});
+  return b.slice(x, Dims(limit.size(), 0), limit, Dims(limit.size(), 1));
+}
+
+// One-sided Jacobi on the columns of x [..., m, n]: returns X = x V with
+// orthogonal columns, and the unitary V; a round's measure is its largest pair
+// cosine |x_p^H x_q| / (|x_p| |x_q|). An odd n gets a zero column, which no
+// rotation moves.
+std::pair<Value, Value> one_sided_jacobi(Builder& b, const Value& x, double tol, int max_sweeps) {
+  const int64_t rank = x.rank(), m = x.dim(-2), n = x.dim(-1), even = n + n % 2;
+  const Dims batch = leading(x.dims(), 2);
+  const ElementType t = x.type(), rt = complex_component(t);
+  if (n < 2) return {x, eye(b, t, batch, n, n)};
+  auto round = [&](Builder& r, const Values& s) -> Values {
+    Value xp = pair_half(r, s[0], rank - 1, 0), xq = pair_half(r, s[0], rank - 1, 1);
+    Value alpha = reduce_sum(r, abs_squared(r, xp), {rank - 2});
+    Value beta = reduce_sum(r, abs_squared(r, xq), {rank - 2});
+    Value gamma = reduce_sum(r, r.mul(conj(r, xp), xq), {rank - 2});
+    Rotation g = jacobi_rotation(r, alpha, beta, gamma);
+    Value scale = r.sqrt(r.mul(alpha, beta));
+    Value zero = zeros(r, rt, scale.dims());
+    Value cosine = r.select(r.compare(scale, zero, Comparison::GT), r.div(g.mag, scale), zero);
+    return {rotate_pairs(r, s[0], rank - 1, g), rotate_pairs(r, s[1], rank - 1, g),
+            reduce_max(r, cosine, iota_dims(cosine.rank()))};
+  };
+  auto move = [&](Builder& r, const Values& s, const Dims& from) -> Values {
+    return {gather_along(r, s[0], rank - 1, from), gather_along(r, s[1], rank - 1, from)};
+  };
+  Values out =
+      parallel_jacobi_sweeps(b, even, {with_columns(b, x, even), eye(b, t, batch, even, even)}, tol,
+                             max_sweeps, round, move);
+  return {top_left(b, out[0], m, n), top_left(b, out[1], n, n)};
 }
 
 // Sorts `values` [..., n] (ascending, or descending) and returns them with
@@ -360,47 +410,49 @@ Value hermitian_from(Builder& b, const Value& a, bool lower) {
   return b.add(b.add(strict, mH(b, strict)), d);
 }
 
-// Eigenvalues (ascending, real) and eigenvectors of Hermitian `h`.
+// Eigenvalues (ascending, real) and eigenvectors of Hermitian `h`: two-sided
+// Jacobi, every pair of a round at once (G^H X G); a round's measure is the
+// off-diagonal mass relative to the whole (worst matrix). An odd n gets a zero
+// row and column, which no rotation moves.
 std::pair<Value, Value> eigh(Builder& b, const Value& h) {
-  const Dims d = h.dims();
-  const int64_t n = h.dim(-1), rank = h.rank();
-  const Dims batch = leading(d, 2);
+  const int64_t n = h.dim(-1), rank = h.rank(), even = n + n % 2;
+  const Dims batch = leading(h.dims(), 2), d = append(batch, {even, even});
   const ElementType t = h.type(), rt = complex_component(t);
   const double eps = epsilon(rt);
-  auto rotate = [&](Builder& r, const Value& p, const Value& q, const Values& s) -> Values {
-    Value x = s[0], v = s[1];
+  auto round = [&](Builder& r, const Values& s) -> Values {
+    Value x = s[0];
     Value dg = real_part(r, diagonal(r, x));
-    Value a = entry(r, dg, p), dd = entry(r, dg, q);
-    Value g = entry(r, row(r, x, p), q);
+    Value a = pair_half(r, dg, rank - 2, 0), dd = pair_half(r, dg, rank - 2, 1);
+    Value g = diagonal(r, pair_half(r, pair_half(r, x, rank - 2, 0), rank - 1, 1));
     Rotation rot = jacobi_rotation(r, a, dd, g);
-    x = rotate_columns(r, rotate_rows(r, x, p, q, rot), p, q, rot);
-    // The pair's entries are known exactly: set them so that rounding does
-    // not leave an off-diagonal residue.
-    Value row_i = index(r, d, -2), col_i = index(r, d, -1);
-    auto is = [&](const Value& i, const Value& k) {
-      return r.and_(r.compare(row_i, splat(r, i, d), Comparison::EQ),
-                    r.compare(col_i, splat(r, k, d), Comparison::EQ));
-    };
-    Value shift = r.mul(rot.t, rot.mag);
-    auto mat = [&](const Value& s) {
-      return along(r, along(r, as_type(r, s, t), leading(d, 1), -1), d, -1);
-    };
-    x = r.select(r.or_(is(p, q), is(q, p)), zeros(r, t, d), x);
-    x = r.select(is(p, p), mat(r.sub(a, shift)), x);
-    x = r.select(is(q, q), mat(r.add(dd, shift)), x);
-    v = rotate_columns(r, v, p, q, rot);
-    // Convergence: the off-diagonal mass relative to the whole (worst matrix).
+    x = rotate_pairs(r, rotate_pairs(r, x, rank - 2, rot), rank - 1, rot);
+    // The pairs' 2 x 2 blocks are known exactly: set them so that rounding
+    // does not leave an off-diagonal residue.
+    Value row_i = index(r, d, -2), col_i = index(r, d, -1), two = r.full({kIndex, d}, 2.0);
     Value on = r.compare(row_i, col_i, Comparison::EQ);
+    Value block = r.compare(r.div(row_i, two), r.div(col_i, two), Comparison::EQ);
+    Value shift = r.mul(rot.t, rot.mag);
+    Value diag = interleave(r, r.sub(a, shift), r.add(dd, shift), rank - 2);
+    x = r.select(block, zeros(r, t, d), x);
+    x = r.select(on, along(r, as_type(r, diag, t), d, -1), x);
     Value mag2 = abs_squared(r, x);
     Value all = reduce_sum(r, mag2, {rank - 2, rank - 1});
     Value off = reduce_sum(r, r.select(on, zeros(r, rt, d), mag2), {rank - 2, rank - 1});
     Value ratio = r.div(off, r.max(all, r.full({rt, batch}, std::numeric_limits<float>::min())));
     Value worst = batch.empty() ? ratio : reduce_max(r, ratio, iota_dims(batch.size()));
-    return {x, v, worst};
+    return {x, rotate_pairs(r, s[1], rank - 1, rot), worst};
   };
-  Values out = jacobi_sweeps(b, n, {h, eye(b, t, batch, n, n)}, eps * eps, 30, rotate);
-  auto [values, perm] = sort_with_permutation(b, real_part(b, diagonal(b, out[0])), false, t);
-  return {values, matmul(b, out[1], perm)};
+  auto move = [&](Builder& r, const Values& s, const Dims& from) -> Values {
+    Value x = gather_along(r, gather_along(r, s[0], rank - 2, from), rank - 1, from);
+    return {x, gather_along(r, s[1], rank - 1, from)};
+  };
+  Value padded = mH(b, with_columns(b, mH(b, with_columns(b, h, even)), even));
+  Values out = n < 2 ? Values{h, eye(b, t, batch, n, n)}
+                     : parallel_jacobi_sweeps(b, even, {padded, eye(b, t, batch, even, even)},
+                                              eps * eps, 30, round, move);
+  Value x = top_left(b, out[0], n, n), v = top_left(b, out[1], n, n);
+  auto [values, perm] = sort_with_permutation(b, real_part(b, diagonal(b, x)), false, t);
+  return {values, matmul(b, v, perm)};
 }
 
 // _linalg_eigh(A, UPLO, compute_v) -> (eigenvalues, eigenvectors)
@@ -427,24 +479,8 @@ std::tuple<Value, Value, Value> svd_tall(Builder& b, const Value& a, bool full) 
   const ElementType t = a.type(), rt = complex_component(t);
   auto [f, tau] = geqrf(b, a);
   Value r = triangle(b, first_rows(b, f, n), false, 0);
-  auto rotate = [&](Builder& rb, const Value& p, const Value& q, const Values& s) -> Values {
-    Value x = s[0], v = s[1];
-    Value xp = column(rb, x, p), xq = column(rb, x, q);
-    Value alpha = reduce_sum(rb, abs_squared(rb, xp), {rank - 2});
-    Value beta = reduce_sum(rb, abs_squared(rb, xq), {rank - 2});
-    Value gamma = inner(rb, xp, xq);
-    Rotation rot = jacobi_rotation(rb, alpha, beta, gamma);
-    x = rotate_columns(rb, x, p, q, rot);
-    v = rotate_columns(rb, v, p, q, rot);
-    // Convergence: the pair's cosine |gamma| / sqrt(alpha beta).
-    Value scale = rb.sqrt(rb.mul(alpha, beta));
-    Value zero = zeros(rb, rt, batch);
-    Value cosine = rb.select(rb.compare(scale, zero, Comparison::GT), rb.div(rot.mag, scale), zero);
-    Value worst = batch.empty() ? cosine : reduce_max(rb, cosine, iota_dims(batch.size()));
-    return {x, v, worst};
-  };
-  const double tol = epsilon(rt) * static_cast<double>(n);
-  Values out = jacobi_sweeps(b, n, {r, eye(b, t, batch, n, n)}, tol, 30, rotate);
+  auto [x, v_r] = one_sided_jacobi(b, r, epsilon(rt) * static_cast<double>(n), 30);
+  const Values out{x, v_r};
   Value sigma = b.sqrt(reduce_sum(b, abs_squared(b, out[0]), {rank - 2}));
   auto [s, perm] = sort_with_permutation(b, sigma, true, t);
   Value bs = matmul(b, out[0], perm), v = matmul(b, out[1], perm);
