@@ -291,6 +291,17 @@ def test_mixing_devices_is_an_error():
         torch.cat([torch.ones(2, device="tpu"), torch.ones(2)])
 
 
+def test_mixed_devices_get_the_ops_own_message():
+    """As on CUDA, an op that words its own device check says it first."""
+    x, i = torch.randn(3, 4), torch.tensor([0, 2], device="tpu")
+    with pytest.raises(RuntimeError, match=r"indices should be either on cpu .* tensor \(cpu\)"):
+        x[i]
+    with pytest.raises(RuntimeError, match="Input 0 is on device cpu and input 1 is on device tpu"):
+        torch.block_diag(torch.ones(2, 2), torch.ones(2, 2, device="tpu"))
+    # CPU indices of a tpu tensor are allowed, as for CUDA tensors.
+    torch.testing.assert_close(x.to("tpu")[i.cpu()].cpu(), x[[0, 2]])
+
+
 def test_missing_device_index_is_an_error():
     with pytest.raises(RuntimeError, match="tpu:3 does not exist"):
         torch.zeros(2, device="tpu:3")

@@ -647,6 +647,12 @@ std::optional<std::vector<int64_t>> indexing_result_shape(
 void advanced_index(Args a) {
   const at::Tensor& self = a[0].toTensor();
   c10::List<std::optional<at::Tensor>> indices = a[1].toOptionalTensorList();
+  for (const std::optional<at::Tensor>& index : indices) {
+    TORCH_CHECK(
+        !index || !index->defined() || index->device().is_cpu() || index->device() == self.device(),
+        "indices should be either on ", at::kCPU, " or on the same device as the indexed tensor (",
+        self.device(), ")");
+  }
   indexing_result_shape(self, indices);
   bool into_empty = false;
   for (size_t d = 0; d < indices.size(); ++d) {
@@ -657,6 +663,16 @@ void advanced_index(Args a) {
     into_empty |= static_cast<int64_t>(d) < self.dim() && self.size(d) == 0;
   }
   TORCH_CHECK_INDEX(!into_empty, "index is out of bounds for dimension with size 0");
+}
+
+void block_diag(Args a) {
+  const std::vector<at::Tensor> tensors = a[0].toTensorVector();
+  for (size_t k = 1; k < tensors.size(); ++k) {
+    TORCH_CHECK(tensors[k].device() == tensors[0].device(),
+                "torch.block_diag: input tensors must all be on the same device. Input 0 is on "
+                "device ",
+                tensors[0].device(), " and input ", k, " is on device ", tensors[k].device());
+  }
 }
 
 // put(self, index, source, accumulate), as put_ checks before writing.
@@ -948,6 +964,7 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::index_select", index_select},
       {"aten::embedding", embedding},
       {"aten::index.Tensor", advanced_index},
+      {"aten::block_diag", block_diag},
       {"aten::_unsafe_index.Tensor", advanced_index},
       {"aten::index_put", index_put},
       {"aten::_index_put_impl", index_put},

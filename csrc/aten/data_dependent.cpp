@@ -39,7 +39,9 @@ void masks_to_indices(std::vector<c10::IValue>& stack, size_t num_args) {
       ++dim;
       continue;
     }
-    if (index->device() != self.device()) {
+    // CPU indices of a tpu tensor are allowed (as CUDA allows them); a tpu index of
+    // a CPU tensor is not, and the argument check says so.
+    if (index->device().is_cpu() && index->device() != self.device()) {
       index = index->to(self.device());
       changed = true;
     }

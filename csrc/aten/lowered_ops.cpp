@@ -703,6 +703,9 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (binding.rewrite) binding.rewrite(*stack, num_args);
   resolve_math_bits(*stack, num_args, binding);
   auto args = torch::jit::last(*stack, num_args);
+  // The CPU's checks of the arguments first: an op's own words for mixed devices
+  // (indexing, block_diag) come before the generic device check, as on CUDA.
+  if (binding.argument_check) binding.argument_check(args);
 
   // Device of the op; CPU tensors are only allowed as zero-dim scalars.
   c10::DeviceIndex device = -1;
@@ -730,11 +733,9 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   if (device < 0) device = current_device();
 
-  // The CPU's checks of the arguments, then PyTorch's meta kernel validates
-  // the call and describes the results.
+  // PyTorch's meta kernel validates the call and describes the results.
   // TensorIterator checks memory overlap before the types, as here.
   check_memory_overlap(binding.overlap, args, binding.mutated);
-  if (binding.argument_check) binding.argument_check(args);
   // PyTorch's reference abs wants out= of the result's exact dtype; ATen's
   // kernel casts |z| into a complex out too.
   if (op.operator_name() == abs_out && computed_apart_from_out(binding, stack, args)) return;
