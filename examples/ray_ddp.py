@@ -20,8 +20,10 @@ import tempfile
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workers", type=int, default=2, help="Ray workers (processes)")
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument(
+        "--workers", type=int, default=2, help="Ray workers (processes, default: 2)"
+    )
+    parser.add_argument("--epochs", type=int, default=3, help="passes over the data (default: 3)")
     return parser.parse_args()
 
 

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ STEP = re.compile(r"step:\s+(\d+)\s+\S*loss:\s+([0-9.]+)")
 
 
 def _run(args: list[str], timeout: int) -> str:
-    env = dict(os.environ)
+    # Locks of their own: this test process may hold its device.
+    env = dict(os.environ, TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="frameworks_"))
     env.pop("TORCH_TPU_EAGER_MODE", None)  # the examples choose the mode
     out = subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout

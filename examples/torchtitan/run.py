@@ -101,11 +101,23 @@ def summarize(steps: list[dict]) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nproc", type=int, default=1, help="processes (devices), FSDP2 over them")
-    parser.add_argument("--mode", choices=("eager", "compile", "defer_and_fuse"), default="eager")
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/torch_tpu_torchtitan"))
+    parser.add_argument(
+        "--mode",
+        choices=("eager", "compile", "defer_and_fuse"),
+        default="eager",
+        help="eager (strict), TorchTitan's --compile.enable, or defer_and_fuse (default: eager)",
+    )
+    parser.add_argument("--steps", type=int, default=10, help="training steps (default: 10)")
+    parser.add_argument("--seq-len", type=int, default=128, help="tokens per sample (default: 128)")
+    parser.add_argument(
+        "--batch", type=int, default=2, help="samples per process and step (default: 2)"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path("/tmp/torch_tpu_torchtitan"),
+        help="assets and TorchTitan's outputs (default: /tmp/torch_tpu_torchtitan)",
+    )
     parser.add_argument("torchtitan_args", nargs="*", help="after --: TorchTitan's own flags")
     args = parser.parse_args()
     tok_dir, text_dir = make_assets(args.workdir / "assets")
