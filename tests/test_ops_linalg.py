@@ -366,3 +366,15 @@ def test_matrix_exp_half_and_grad():
     actual = no_fallback(lambda: torch.linalg.matrix_exp(a.half().to("tpu"))).cpu()
     torch.testing.assert_close(actual.float(), torch.linalg.matrix_exp(a), atol=1e-2, rtol=1e-2)
     check_grad(lambda x: torch.linalg.matrix_exp(x), make(3, 3))
+
+
+def test_out_into_a_conjugate_view():
+    """linalg out= ops take conjugated out= views themselves (PyTorch's conjugate
+    dispatch falls through): the values land conjugated, also when out is the input."""
+    a = torch.tensor([[2 + 1j, 1], [0, 3 - 1j]])
+    for device in ("cpu", "tpu"):
+        b = torch.tensor([[2 - 1j], [0.5 + 4j]], device=device).conj()
+        torch.linalg.solve_triangular(a.to(device), b, upper=True, out=b)
+        if device == "cpu":
+            expected = b.resolve_conj()
+    torch.testing.assert_close(b.cpu().resolve_conj(), expected)

@@ -642,8 +642,9 @@ void lay_out_like_functional(const Binding& binding, c10::ArrayRef<c10::IValue> 
 // An out= call whose out tensors differ in dtype from its functional form's
 // results computes that form and casts it into out, as TensorIterator's out=
 // kernels do: out's dtype never changes the computation (two float16 33000s
-// add to inf in a float64 out too). False when the dtypes agree, the common
-// case, which the rule writes into out directly.
+// add to inf in a float64 out too); so do outs with a conjugate or negative
+// bit. False when the dtypes agree, the common case, which the rule writes
+// into out directly.
 bool computed_apart_from_out(const Binding& binding, torch::jit::Stack* stack,
                              c10::ArrayRef<c10::IValue> args) {
   if (!binding.functional) return false;
@@ -658,7 +659,10 @@ bool computed_apart_from_out(const Binding& binding, torch::jit::Stack* stack,
   for (size_t m = 0; m < binding.mutated.size(); ++m) {
     const c10::IValue& out = args[binding.mutated[m]];
     if (!out.isTensor() || meta->is_list[m] || !meta->returns[m].at(0)) return false;
-    differs |= out.toTensor().scalar_type() != meta->returns[m][0]->dtype;
+    const at::Tensor& o = out.toTensor();
+    // An out= view with a conjugate or negative bit (the linalg ops' Conjugate and
+    // Negative dispatch falls through to here) takes its values through copy_.
+    differs |= o.scalar_type() != meta->returns[m][0]->dtype || o.is_conj() || o.is_neg();
   }
   if (!differs) return false;
   for (size_t m = 0; m < binding.mutated.size(); ++m) {
