@@ -23,8 +23,7 @@ using namespace linalg;
 using hlo::Comparison;
 using Values = std::vector<Value>;
 // The slice of x one wide at `at` (a runtime scalar) along `axis`: O(size),
-// where a mask over the whole matrix made each Jacobi pair O(n^2) (an SVD of
-// 1000 x 1000 ran for hours).
+// where a mask over the whole matrix costs O(n^2) a loop step.
 std::vector<Value> starts_at(Builder& b, const Value& x, int64_t axis, const Value& at) {
   std::vector<Value> starts(x.rank(), b.constant_int(0, at.type()));
   starts[axis] = at;
