@@ -273,6 +273,20 @@ def test_multilabel_margin_loss(reduction):
     run(lambda a, t: A.multilabel_margin_loss_forward(a, t, 1), randn(5, 4).t(), target)
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("shape", [(), (5,)], ids=["0-d", "1-d"])
+def test_multilabel_margin_loss_one_sample(shape, reduction):
+    # One sample's loss is 0-d with every reduction, as on the CPU (PyTorch's meta
+    # kernel says [1] for "none").
+    target = torch.tensor([3, 0, -1, 1, 2]) if shape else torch.tensor(0)
+    run(
+        lambda a, t: F.multilabel_margin_loss(a, t, reduction=reduction),
+        randn(5, dtype=torch.float64).reshape(-1)[: 5 if shape else 1].reshape(shape),
+        target,
+        grad=[0],
+    )
+
+
 # ---------------------------------------------------------------- segment_reduce
 
 REDUCTIONS = ["sum", "mean", "max", "min", "prod"]

@@ -66,7 +66,8 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from . import _isclose, _meta, _module_conversion, _stablehlo_call, backends, dynamism  # noqa: F401
+    from . import _isclose, _meta, _module_conversion, _multilabel_margin, _stablehlo_call  # noqa: F401
+    from . import backends, dynamism  # noqa: F401
     from . import _flex_attention
 
     backends._install()
