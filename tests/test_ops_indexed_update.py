@@ -122,6 +122,22 @@ def test_scatter_reduce(reduce, include_self):
     )
 
 
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_scatter_reduce_complex_mean_divides_as_div(dtype):
+    # The mean is the sum divided as torch.div divides (c10::complex's division), to the
+    # last bit, as on the CPU.
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, dtype=dtype, generator=gen).to("tpu")
+    src = torch.randn(3, 4, dtype=dtype, generator=gen).to("tpu")
+    index = SCATTER_INDEX.to("tpu")
+    mean = torch.scatter_reduce(x, 1, index, src, "mean")
+    total = torch.scatter_reduce(x, 1, index, src, "sum")
+    count = torch.ones(3, 5, dtype=dtype, device="tpu").scatter_add_(
+        1, index, torch.ones(3, 4, dtype=dtype, device="tpu")
+    )
+    torch.testing.assert_close(mean.cpu(), (total / count).cpu(), atol=0, rtol=0)
+
+
 def test_scatter_reduce_forms():
     index = torch.tensor([[0, 1, 2], [3, 3, 0]])
     x, src = make((4, 3), torch.bfloat16), make((2, 3), torch.bfloat16, seed=1)

@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "lower/complex_math.h"
 #include "lower/helpers.h"
 
 namespace torch_tpu::lower {
@@ -38,6 +39,7 @@ Value identity(Builder& b, const std::string& reduce, ElementType t) {
 // sum / count rounded like PyTorch's mean: true division for floating types,
 // floor division for integers (count > 0).
 Value mean_divide(Builder& b, const Value& sum, const Value& count) {
+  if (is_complex(sum.type())) return complex_divide(b, sum, count);  // as div rounds
   Value q = b.div(sum, count);
   if (!is_integral(sum.type())) return q;
   Value inexact = b.compare(b.rem(sum, count), full_like(b, sum, 0), Comparison::NE);

@@ -82,6 +82,18 @@ BY_DESIGN: dict[str, str] = {
     "TestReductionsTPU::test_bucketization_tpu": "it expects a warning about copying strided operands",
     # Off the CPU the file expects CUDA's bit patterns for the undefined integer x % 0.
     "test_fmod_remainder_by_zero_integral_tpu": "it expects CUDA's bit patterns for x % 0",
+    # Kolmogorov-Smirnov tests of 1,000 16-bit draws whose thresholds the CPU's own draws
+    # exceed: over 30 seeds the CPU measured up to 0.308 for log_normal_(7, 7) in float16
+    # (threshold 0.3) and 0.113 for cauchy_(50, 0.5) in bfloat16 (threshold 0.1); tpu's
+    # draws, of the same distributions, 0.323 and 0.119.
+    "test_lognormal_kstest_tpu_float16": "a KS threshold the CPU's float16 draws exceed too",
+    "test_cauchy_kstest_tpu_bfloat16": "a KS threshold the CPU's bfloat16 draws exceed too",
+    # The tests compare complex scatter products with the same products made one by one
+    # by mul_ on the device, exactly. XLA contracts complex products into fused
+    # multiply-adds where its code generator finds them, in a scatter's loop and in an
+    # elementwise product differently: an ulp apart. CUDA leaves complex out of them.
+    "test_scatter__reductions_tpu_complex64": "exact complex products (CUDA skips complex)",
+    "test_scatter_reduce_prod_tpu_complex": "exact complex products (CUDA skips complex)",
 }
 
 # Tests that expect a check of data (an out-of-range index, a source smaller than the mask)
