@@ -10,6 +10,7 @@ the outputs are the valid part of the padded results.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -41,7 +42,9 @@ def mark_dynamic(tensor: torch.Tensor, dim: int, min: int, max: int) -> None:
 
     ``torch.compile(..., options={"bounded_dynamism": True})`` then compiles one program
     for every size of that dimension up to ``max`` (Dynamo's ``mark_dynamic`` with the
-    same bounds). Eager execution is unchanged: each size runs its own programs."""
+    same bounds). In eager execution a tpu tensor's values move into a storage sized for
+    its bounds, and ops on it run programs computed at the bounds (one for every size),
+    whose results carry the bounds on; see docs/design.md for the ops that do."""
     import torch._dynamo
 
     if not isinstance(tensor, torch.Tensor):
@@ -59,6 +62,24 @@ def mark_dynamic(tensor: torch.Tensor, dim: int, min: int, max: int) -> None:
     infos = {d.dimension: d for d in get_dynamism_info(tensor)}
     infos[dim] = BoundedDynamicDimension(dim, min, max)
     tensor._tpu_dynamism = tuple(sorted(infos.values(), key=lambda d: d.dimension))
+    if tensor.device.type == "tpu":
+        _store_at_bounds(tensor, tensor._tpu_dynamism)
+
+
+def _store_at_bounds(tensor: torch.Tensor, infos) -> None:
+    """Moves ``tensor``'s values into a storage of its bounds' elements, the values first
+    (through the host: a copy on the device would be a program per size)."""
+    from . import _C
+
+    bounds, varies = list(tensor.shape), [False] * tensor.dim()
+    for info in infos:
+        bounds[info.dimension] = info.upper_bound
+        varies[info.dimension] = True
+    host = tensor.detach().cpu().contiguous()
+    flat = torch.zeros(math.prod(bounds), dtype=tensor.dtype)
+    flat[: host.numel()] = host.reshape(-1)
+    tensor.data = flat.to(tensor.device).as_strided(host.shape, host.stride(), 0)
+    _C._set_bounds(tensor, bounds, varies)
 
 
 def get_dynamism_info(tensor: torch.Tensor) -> tuple[BoundedDynamicDimension, ...]:

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "aten/argument_checks.h"
+#include "aten/bounded.h"
 #include "aten/cpu_fallback.h"
 #include "aten/data_dependent.h"
 #include "aten/device.h"
@@ -26,12 +27,9 @@ namespace torch_tpu::aten {
 namespace {
 
 // What PyTorch's meta kernel says about a call's results.
-struct TensorMeta {
-  std::vector<int64_t> sizes, strides;
-  at::ScalarType dtype;
-};
+using TensorMeta = ResultLayout;
 struct MetaResult {
-  std::vector<std::vector<std::optional<TensorMeta>>> returns;  // per return: its tensor(s)
+  ReturnLayouts returns;  // per return: its tensor(s)
   std::vector<bool> is_list;
   // Sizes the mutated arguments have after the call (out= tensors get resized).
   std::vector<std::vector<std::vector<int64_t>>> mutated_sizes;
@@ -156,14 +154,16 @@ engine::HostScalar host_scalar(const c10::Scalar& s, bool wide) {
 struct CallBuilder {
   const Binding& binding;
   c10::DeviceIndex device = -1;
-  bool wide = false;  // the op computes in 64-bit floats: scalars travel as f64
+  bool wide = false;                     // the op computes in 64-bit floats: scalars travel as f64
+  const BoundedPlan* bounded = nullptr;  // operands read at their bounds
 
   std::optional<engine::Input> tensor_input(const at::Tensor& t, const char* arg_name) {
     if (!t.defined()) return std::nullopt;
     engine::Input in;
     in.category = category_of(t);
     if (is_tpu(t)) {
-      in.view = view_of(t);
+      const engine::TensorView* at_bounds = bounded ? bounded->view(t) : nullptr;
+      in.view = at_bounds ? *at_bounds : view_of(t);
       in.dtype = in.view.dtype;
       return in;
     }
@@ -767,6 +767,18 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     });
   }
 
+  // Operands of bounded varying size: the op runs at their bounds when it can.
+  std::optional<BoundedPlan> bounded =
+      plan_bounded(op, args, meta->returns, binding.mutated, binding.return_alias,
+                   [&](c10::ArrayRef<c10::IValue> stand_in) -> std::optional<ReturnLayouts> {
+                     try {
+                       std::optional<MetaResult> m = meta_results(binding, op, stand_in);
+                       return m ? std::optional<ReturnLayouts>(m->returns) : std::nullopt;
+                     } catch (const std::exception&) {
+                       return std::nullopt;
+                     }
+                   });
+
   // Results: the mutated arguments, or new tensors shaped like the meta
   // results.
   std::vector<at::Tensor> targets;
@@ -786,16 +798,21 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       returns.push_back(args[binding.mutated[alias]]);
       continue;
     }
-    auto fresh = [&](const std::optional<TensorMeta>& m) {
-      at::Tensor t = m ? empty_tpu(m->sizes, m->strides, m->dtype, device) : at::Tensor();
+    auto fresh = [&](size_t k) {
+      const std::optional<TensorMeta>& m = metas.at(k);
+      const engine::Bounds* bounds =
+          bounded && bounded->results[r][k] ? &*bounded->results[r][k] : nullptr;
+      at::Tensor t = !m       ? at::Tensor()
+                     : bounds ? empty_bounded(m->sizes, *bounds, m->dtype, device)
+                              : empty_tpu(m->sizes, m->strides, m->dtype, device);
       targets.push_back(t);
       return t;
     };
     if (!meta->is_list[r]) {
-      returns.emplace_back(fresh(metas.at(0)));
+      returns.emplace_back(fresh(0));
     } else {
       c10::List<at::Tensor> list;
-      for (const auto& m : metas) list.push_back(fresh(m));
+      for (size_t k = 0; k < metas.size(); ++k) list.push_back(fresh(k));
       returns.emplace_back(list);
     }
   }
@@ -809,12 +826,20 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   call.rule = binding.rule;
   call.device = device;
   for (const at::Tensor& t : targets) wide |= t.defined() && t.scalar_type() == at::kDouble;
-  CallBuilder builder{binding, device, wide};
+  CallBuilder builder{binding, device, wide, bounded ? &*bounded : nullptr};
   for (size_t i : binding.rule_args) {
     call.args.push_back(builder.arg(schema.arguments()[i], args[i]));
   }
   for (const at::Tensor& t : targets) {
-    call.targets.push_back(t.defined() ? view_of(t) : engine::TensorView{});
+    if (!t.defined()) {
+      call.targets.emplace_back();
+    } else if (bounded) {
+      const engine::TensorView* written = bounded->view(t);
+      call.targets.push_back(written ? *written : has_bounds(t) ? bounded_target(t) : view_of(t));
+    } else {
+      written_at_own_sizes(t);
+      call.targets.push_back(view_of(t));
+    }
   }
   std::optional<at::Generator> gen;
   std::unique_lock<std::mutex> gen_lock;

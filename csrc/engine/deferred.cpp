@@ -429,6 +429,9 @@ std::string describe_capture(CapturedGraph& cg, const Graph& g, const Program* p
         case Param::Source::Checks:  // launch_with's
           v.kind = CapturedGraph::ParamValue::Kind::Constant;
           break;
+        case Param::Source::InputSize:
+        case Param::Source::TargetSize:
+          return "an op reads or writes a tensor of bounded varying size";
       }
       cg.params.push_back(std::move(v));
     }

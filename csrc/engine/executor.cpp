@@ -28,15 +28,20 @@ constexpr int kLayoutsPerShape = 8;
 bool in_storage(const TensorView& v) { return v.slot && v.numel() > 0 && !v.is_whole_storage(); }
 
 bool reads_or_writes_views(const OpCall& call) {
+  bool views = false;
   for (const CallArg& arg : call.args) {
     for (const auto& in : arg.inputs) {
-      if (in && in->on_device && in_storage(in->view)) return true;
+      if (!in || !in->on_device) continue;
+      // A view at bounds reads a padded layout no dense copy holds.
+      if (in->view.bounded()) return false;
+      views |= in_storage(in->view);
     }
   }
   for (const TensorView& t : call.targets) {
-    if (in_storage(t)) return true;
+    if (t.bounded()) return false;
+    views |= in_storage(t);
   }
-  return false;
+  return views;
 }
 
 // Counts the call's new layout (a program about to be compiled); true past the bound.

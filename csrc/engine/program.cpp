@@ -61,6 +61,11 @@ class KeyWriter {
     put_dims(v.sizes);
     put_dims(v.strides);
     put(v.offset == 0);
+    put(static_cast<uint8_t>(v.follows.size()));
+    if (!v.bounded()) return;
+    put_dims(v.stored->bounds);
+    for (bool varies : v.stored->varies) put(varies);
+    for (int e : v.follows) put(static_cast<int8_t>(e));
   }
 
  private:
@@ -191,6 +196,20 @@ struct ProgramBuilder::State {
     return b.parameter(shape);
   }
 
+  // The sizes of the varying dimensions of the storage bounded view `v` reads
+  // or writes, as operands (`source` InputSize or TargetSize).
+  std::vector<std::optional<Value>> stored_sizes(const TensorView& v, Param::Source source, int op,
+                                                 int index) {
+    std::vector<std::optional<Value>> size(v.stored->bounds.size());
+    for (size_t e = 0; e < size.size(); ++e) {
+      if (!v.stored->varies[e]) continue;
+      Param p{source, op, index, ElementType::S32};
+      p.dim = static_cast<int>(e);
+      size[e] = param({ElementType::S32, {}}, p);
+    }
+    return size;
+  }
+
   // The storage's current value; `type` gives the zeros of a never-written one a type.
   Value& current(int s, ElementType type) {
     if (!value[s]) {
@@ -257,7 +276,14 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
           offset = st.param({itype, {}}, {Param::Source::InputOffset, index, i, itype});
         }
         Value flat = reinterpret(b, st.current(op.storage(sig.input_slot[i]), v.dtype), v.dtype);
-        operand.value = read_view(b, flat, v, layout, offset);
+        if (v.bounded()) {
+          std::vector<std::optional<Value>> size =
+              st.stored_sizes(v, Param::Source::InputSize, index, i);
+          operand.value = set_valid_sizes(
+              b, read_view(b, uncompact(b, flat, *v.stored, size), v, layout, offset), v, size);
+        } else {
+          operand.value = read_view(b, flat, v, layout, offset);
+        }
       } else {
         operand.value =
             st.param({in->scalar.type, {}}, {Param::Source::Scalar, index, i, in->scalar.type});
@@ -301,6 +327,11 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
       throw std::logic_error("lowering of " + call.name + " produced " +
                              hlo::to_string(value.shape) + " for result " + std::to_string(j) +
                              ", expected " + hlo::to_string(hlo::Shape{t.dtype, t.sizes}));
+    }
+    if (t.bounded()) {
+      // XLA's reshape into the flat storage then puts the valid entries first.
+      value = set_valid_sizes(
+          b, value, t, st.stored_sizes(t, Param::Source::TargetSize, index, static_cast<int>(j)));
     }
     ViewLayout layout = classify(t);
     if (layout.kind == ViewLayout::Kind::Empty) continue;
@@ -506,6 +537,16 @@ runtime::Launch launch_program(const Program& program, int device,
       case Param::Source::Checks:
         params.push_back(nullptr);  // launch_with's
         break;
+      case Param::Source::InputSize:
+      case Param::Source::TargetSize: {
+        const ProgramOp& op = ops[param.op];
+        const TensorView& v = param.source == Param::Source::InputSize
+                                  ? op.sig->inputs[param.index]->view
+                                  : op.call->targets[param.index];
+        auto size = static_cast<int32_t>(v.stored->sizes[param.dim]);
+        params.push_back(backend.scalar_buffer(device, ElementType::S32, &size));
+        break;
+      }
     }
   }
   return launch_with(program, device, std::move(params));

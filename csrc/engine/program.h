@@ -39,11 +39,23 @@ std::vector<const StorageSlot*> storages_of(const Signature& sig);
 // Where a program parameter's value comes from at launch.
 struct Param {
   // Checks: the device's data-check error code (see data_checks.h).
-  enum class Source : uint8_t { Storage, InputOffset, TargetOffset, Scalar, Random, Checks };
+  // InputSize/TargetSize: the size of a varying dimension of the storage an
+  // input or target of bounded dynamic size is a view of (an s32 scalar).
+  enum class Source : uint8_t {
+    Storage,
+    InputOffset,
+    TargetOffset,
+    Scalar,
+    Random,
+    Checks,
+    InputSize,
+    TargetSize
+  };
   Source source;
   int op = 0;     // the op of the program (all but Storage)
   int index = 0;  // storage, input or target index
   ElementType type;
+  int dim = 0;  // InputSize/TargetSize: the storage dimension
 };
 
 struct Program {

@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "hlo/builder.h"
 #include "runtime/client.h"
@@ -14,6 +16,16 @@ namespace torch_tpu::engine {
 using hlo::Dims;
 
 struct PendingSlot;
+
+// Bounded dynamism (design.md): a storage holding a tensor whose varying
+// dimensions have upper bounds. Its buffer is sized for the bounds and holds
+// the valid entries first, in row-major order (XLA's dynamic padder compacts
+// them so), which makes the tensor an ordinary contiguous one to PyTorch.
+struct Bounds {
+  Dims bounds;               // of every dimension
+  Dims sizes;                // the stored tensor's sizes (at most the bounds)
+  std::vector<bool> varies;  // the dimensions whose size varies
+};
 
 struct StorageSlot {
   int device = 0;
@@ -25,6 +37,8 @@ struct StorageSlot {
   // Set while a deferred graph (DeferAndFuse) holds the slot's value: the
   // buffer is then the graph's until it is materialised.
   PendingSlot* pending = nullptr;
+  // Set while the buffer holds a tensor of bounded varying sizes.
+  std::optional<Bounds> bounds;
 
   // A slot freed while pending leaves its graph (its value is no longer an
   // output of the graph).
@@ -41,7 +55,15 @@ struct TensorView {
   Dims sizes;
   Dims strides;
   int64_t offset = 0;
+  // A view of a storage with bounds, read at the bounds: `sizes`, `strides` and
+  // `offset` place it in the storage's padded layout (contiguous at
+  // `stored->bounds`), and `follows[d]` is the varying storage dimension view
+  // dimension d runs along (-1: none). Programs take the varying sizes as
+  // operands. Empty `follows`: an ordinary view.
+  std::optional<Bounds> stored;
+  std::vector<int> follows;
 
+  bool bounded() const { return !follows.empty(); }
   int64_t numel() const;
   bool is_contiguous() const;
   // Elements in the slot when read as `dtype`.

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 #include <stdexcept>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/deferred.h"
@@ -29,6 +30,7 @@ void resize_storage(StorageSlot& slot, size_t nbytes) {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   materialize(slot, FlushReason::Storage);
+  slot.bounds.reset();  // its tensor is laid out anew
   if (!slot.buffer || nbytes == slot.nbytes) {
     slot.nbytes = nbytes;
     return;
@@ -80,6 +82,15 @@ void download_view(const TensorView& view, void* dst) {
                      (view.slot->producer ? *view.slot->producer : std::string("a transfer"));
   if (view.is_whole_storage() && view.slot->element_type() == view.dtype) {
     backend.download(*view.slot->buffer, dst, what);
+    return;
+  }
+  // A tensor of bounded varying size leads its storage: the storage comes over
+  // whole and the tensor is its prefix (a device copy would be a program per size).
+  if (view.slot->bounds && view.offset == 0 && view.is_contiguous() &&
+      view.slot->element_type() == view.dtype) {
+    std::vector<unsigned char> whole(view.slot->nbytes);
+    backend.download(*view.slot->buffer, whole.data(), what);
+    std::memcpy(dst, whole.data(), numel * element_size(view.dtype));
     return;
   }
   // Materialise the view densely on the device first.

@@ -142,6 +142,51 @@ Value read_view(Builder& b, const Value& storage, const TensorView& view, const 
   throw std::logic_error("unreachable");
 }
 
+Value uncompact(Builder& b, const Value& flat, const Bounds& stored,
+                const std::vector<std::optional<Value>>& size) {
+  const Dims& bounds = stored.bounds;
+  const auto rank = static_cast<int64_t>(bounds.size());
+  int64_t numel = 1, before_first = 1, varying = 0;
+  for (int64_t d = 0; d < rank; ++d) {
+    numel *= bounds[d];
+    if (stored.varies[d] && varying++ == 0) before_first = numel / bounds[d];
+  }
+  Value all = flat.dim(0) == numel ? flat : b.slice(flat, {0}, {numel}, {1});
+  // One varying dimension, after dimensions of size 1: both layouts agree.
+  if (varying == 1 && before_first == 1) return all;
+  // Element i of the padded layout is element sum_d min(i_d, size_d - 1) * stride_d
+  // of the compact one, whose strides are products of the sizes. Positions
+  // past a size read a valid element; set_valid_sizes masks them.
+  ElementType it = index_type(numel);
+  hlo::Shape shape{it, bounds};
+  Value index = b.full(shape, 0);
+  Value stride = b.constant(1, it);
+  for (int64_t d = rank - 1; d >= 0; --d) {
+    Value coord = b.iota(shape, d);
+    Value extent = b.constant(static_cast<double>(bounds[d]), it);
+    if (stored.varies[d]) {
+      extent = b.convert(*size[d], it);
+      coord = b.min(coord, b.broadcast_in_dim(b.sub(extent, b.constant(1, it)), bounds, {}));
+    }
+    index = b.add(index, b.mul(coord, b.broadcast_in_dim(stride, bounds, {})));
+    stride = b.mul(stride, extent);
+  }
+  Dims with_vector = bounds;
+  with_vector.push_back(1);
+  Value padded =
+      b.gather(all, b.reshape(index, with_vector), hlo::GatherDims{{}, {0}, {0}, rank}, {1});
+  return b.reshape(padded, {numel});
+}
+
+Value set_valid_sizes(Builder& b, const Value& value, const TensorView& view,
+                      const std::vector<std::optional<Value>>& size) {
+  Value v = value;
+  for (size_t d = 0; d < view.follows.size(); ++d) {
+    if (view.follows[d] >= 0) v = b.set_dimension_size(v, *size[view.follows[d]], d);
+  }
+  return v;
+}
+
 Value write_view(Builder& b, const Value& storage, const TensorView& view, const ViewLayout& layout,
                  const std::optional<Value>& offset, const Value& value) {
   if (value.type() != storage.type()) throw std::logic_error("write_view: type mismatch");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "engine/storage.h"
 
@@ -40,6 +41,16 @@ Value read_view(Builder& b, const Value& storage, const TensorView& view, const 
                 const std::optional<Value>& offset);
 Value write_view(Builder& b, const Value& storage, const TensorView& view, const ViewLayout& layout,
                  const std::optional<Value>& offset, const Value& value);
+
+// Bounded dynamism. The padded layout (row-major at the bounds) of the flat
+// value of a storage with `stored` bounds, whose valid entries lead it
+// compactly; `size[e]` is the s32 size of varying dimension e.
+Value uncompact(Builder& b, const Value& flat, const Bounds& stored,
+                const std::vector<std::optional<Value>>& size);
+// `value` (bounded view `view` at its bounds) with the sizes of its varying
+// dimensions set, so that XLA masks what lies past them.
+Value set_valid_sizes(Builder& b, const Value& value, const TensorView& view,
+                      const std::vector<std::optional<Value>>& size);
 
 // Reinterprets the bits of the flat (rank-1) storage value `x` as `type`;
 // widths may differ (a float32 storage read as bytes has 4x the elements).

@@ -5,6 +5,7 @@
 #include <torch/extension.h>
 
 #include "aten/allocator.h"
+#include "aten/bounded.h"
 #include "aten/captured_graph.h"
 #include "aten/cpu_fallback.h"
 #include "aten/device.h"
@@ -204,6 +205,8 @@ PYBIND11_MODULE(_C, m) {
   });
   // Test hook: makes the storage of `t` a buffer whose every use fails
   // asynchronously with `message`.
+  m.def("_set_bounds", &aten::set_bounds);
+  m.def("_has_bounds", &aten::has_bounds);
   m.def("_poison_storage", [](const at::Tensor& t, const std::string& message) {
     auto* slot = aten::slot_of(t);
     engine::materialize(*slot, engine::FlushReason::Storage);

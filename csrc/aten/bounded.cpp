@@ -1,0 +1,424 @@
+#include "aten/bounded.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <unordered_set>
+
+#include "aten/allocator.h"
+#include "aten/tensor_bridge.h"
+#include "engine/captured_graph.h"
+
+namespace torch_tpu::aten {
+
+namespace {
+
+int64_t product(const engine::Dims& d) {
+  int64_t n = 1;
+  for (int64_t x : d) n *= x;
+  return n;
+}
+
+engine::StorageSlot* whole_slot(const at::Tensor& t) {
+  if (!is_tpu(t) || !t.has_storage()) return nullptr;
+  SlotAddress at = storage_slot(*t.storage().unsafeGetStorageImpl());
+  return at.byte_offset == 0 ? at.slot : nullptr;
+}
+
+std::optional<engine::TensorView> refuse(std::string* why, const char* reason) {
+  if (why) *why = reason;
+  return std::nullopt;
+}
+
+}  // namespace
+
+namespace {
+// Set once a storage gets bounds: until then no call looks for them.
+std::atomic<bool> g_bounds_used{false};
+}  // namespace
+
+bool has_bounds(const at::Tensor& t) {
+  engine::StorageSlot* slot = whole_slot(t);
+  return slot && slot->bounds;
+}
+
+std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string* why) {
+  engine::StorageSlot* slot = whole_slot(t);
+  if (!slot || !slot->bounds) return refuse(why, "its storage has no bounds");
+  const engine::Bounds& stored = *slot->bounds;
+  const engine::Dims& z = stored.sizes;
+  const auto rank = static_cast<int64_t>(z.size());
+  engine::Dims cs = engine::contiguous_strides(z), ps = engine::contiguous_strides(stored.bounds);
+
+  engine::TensorView v;
+  v.slot = slot;
+  v.dtype = element_type(t.scalar_type());
+  v.stored = stored;
+  const bool whole = t.sizes().vec() == z && t.is_contiguous() && t.storage_offset() == 0;
+  if (whole) {
+    // The stored tensor itself: its varying dimensions are its own.
+    v.sizes = stored.bounds;
+    v.strides = ps;
+    for (int64_t e = 0; e < rank; ++e) v.follows.push_back(stored.varies[e] ? e : -1);
+    return v;
+  }
+  // A view: each of its dimensions is placed by its stride among the stored
+  // tensor's compact strides, which sizes 0 and 1 make ambiguous.
+  std::vector<int64_t> big;  // stored dimensions of size > 1, outermost first
+  for (int64_t e = 0; e < rank; ++e) {
+    if (stored.varies[e] && z[e] <= 1) return refuse(why, "a varying size is 0 or 1");
+    if (z[e] == 0) return refuse(why, "the tensor is empty");
+    if (z[e] > 1) big.push_back(e);
+  }
+  int64_t rest = t.storage_offset();
+  v.offset = 0;
+  for (int64_t e : big) {
+    int64_t q = rest / cs[e];
+    rest %= cs[e];
+    if (q >= z[e] || (q > 0 && stored.varies[e])) {
+      return refuse(why, "the view starts inside a varying dimension");
+    }
+    v.offset += q * ps[e];
+  }
+  std::vector<bool> followed(rank, false);
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    int64_t size = t.size(d), stride = t.stride(d);
+    v.follows.push_back(-1);
+    if (size == 1 || stride == 0) {
+      v.sizes.push_back(size);
+      v.strides.push_back(0);
+      continue;
+    }
+    // The stored dimension the stride steps along: cs[e] <= stride < cs[e] * z[e].
+    int64_t at = -1;
+    for (int64_t e : big) {
+      if (stride >= cs[e] && stride % cs[e] == 0 && stride / cs[e] < z[e]) at = e;
+    }
+    if (at < 0) return refuse(why, "the view's strides do not follow the stored layout");
+    int64_t step = stride / cs[at];
+    if (stored.varies[at]) {
+      if (step != 1 || size != z[at] || followed[at]) {
+        return refuse(why, "the view splits, slices or repeats a varying dimension");
+      }
+      followed[at] = true;
+      v.follows.back() = static_cast<int>(at);
+      v.sizes.push_back(stored.bounds[at]);
+      v.strides.push_back(ps[at]);
+      continue;
+    }
+    // Inside one static dimension, or whole static dimensions merged.
+    if (step * (size - 1) >= z[at]) {
+      int64_t span = z[at];
+      auto it = std::find(big.begin(), big.end(), at);
+      while (span < size && it != big.begin()) {
+        --it;
+        if (stored.varies[*it]) return refuse(why, "the view merges a varying dimension");
+        span *= z[*it];
+      }
+      if (step != 1 || span != size)
+        return refuse(why, "the view's strides do not follow the stored layout");
+    }
+    v.sizes.push_back(size);
+    v.strides.push_back(ps[at] * step);
+  }
+  for (int64_t e = 0; e < rank; ++e) {
+    if (stored.varies[e] && !followed[e]) {
+      return refuse(why, "the view leaves out a varying dimension");
+    }
+  }
+  return v;
+}
+
+at::Tensor empty_bounded(c10::IntArrayRef sizes, const engine::Bounds& bounds, at::ScalarType dtype,
+                         c10::DeviceIndex device) {
+  c10::DeviceGuard guard(c10::Device(kTpu, device));
+  const size_t nbytes = static_cast<size_t>(product(bounds.bounds)) * c10::elementSize(dtype);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, tpu_allocator(), true);
+  auto t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::scalarTypeToTypeMeta(dtype));
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  whole_slot(t)->bounds = bounds;
+  g_bounds_used = true;
+  return t;
+}
+
+engine::TensorView bounded_target(const at::Tensor& t) {
+  std::optional<engine::TensorView> v = bounded_view(t);
+  TORCH_INTERNAL_ASSERT(v && v->sizes == v->stored->bounds && v->offset == 0);
+  return *v;
+}
+
+void set_bounds(const at::Tensor& t, c10::IntArrayRef bounds, const std::vector<bool>& varies) {
+  engine::StorageSlot* slot = whole_slot(t);
+  TORCH_CHECK(slot, "bounds are for tensors on tpu");
+  TORCH_CHECK(t.is_contiguous() && t.storage_offset() == 0 &&
+                  bounds.size() == static_cast<size_t>(t.dim()) && varies.size() == bounds.size(),
+              "bounds are for a contiguous tensor at the start of its storage");
+  engine::Bounds b{bounds.vec(), t.sizes().vec(), varies};
+  // A dimension bounded by 1 cannot vary.
+  for (size_t d = 0; d < varies.size(); ++d) b.varies[d] = varies[d] && bounds[d] > 1;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    TORCH_CHECK(b.sizes[d] <= b.bounds[d] && (varies[d] || b.sizes[d] == b.bounds[d]), "dimension ",
+                d, " of size ", b.sizes[d], " is outside its bound ", b.bounds[d]);
+  }
+  TORCH_CHECK(product(b.bounds) * static_cast<int64_t>(t.element_size()) ==
+                  static_cast<int64_t>(slot->nbytes),
+              "the storage must hold the bounds' elements exactly");
+  slot->bounds = std::move(b);
+  g_bounds_used = true;
+}
+
+void written_at_own_sizes(const at::Tensor& t) {
+  if (!g_bounds_used) return;
+  engine::StorageSlot* slot = whole_slot(t);
+  if (!slot || !slot->bounds) return;
+  if (t.sizes().vec() == slot->bounds->sizes && t.is_contiguous() && t.storage_offset() == 0)
+    return;
+  slot->bounds.reset();
+}
+
+// ---------------------------------------------------------------- plans
+
+const engine::TensorView* BoundedPlan::view(const at::Tensor& t) const {
+  for (const Operand& in : inputs) {
+    if (in.tensor == t.unsafeGetTensorImpl()) return &in.view;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// Operators whose results at the bounds hold their results at the sizes as
+// leading entries along every dimension (XLA masks the padding in reductions
+// and dot products); pointwise operators do too.
+bool keeps_valid_entries(const c10::OperatorHandle& op) {
+  static const std::unordered_set<std::string> names = {
+      "aten::sum",
+      "aten::mean",
+      "aten::amax",
+      "aten::amin",
+      "aten::var",
+      "aten::std",
+      "aten::var_mean",
+      "aten::std_mean",
+      "aten::argmax",
+      "aten::argmin",
+      "aten::_softmax",
+      "aten::_log_softmax",
+      "aten::_safe_softmax",
+      "aten::_softmax_backward_data",
+      "aten::_log_softmax_backward_data",
+      "aten::native_layer_norm",
+      "aten::native_layer_norm_backward",
+      "aten::mm",
+      "aten::bmm",
+      "aten::addmm",
+      "aten::baddbmm",
+      "aten::embedding",
+      "aten::embedding_dense_backward",
+      "aten::clone",
+      "aten::_to_copy",
+      "aten::copy_",
+      "aten::where",
+      "aten::masked_fill",
+      "aten::tril",
+      "aten::triu",
+      "aten::cat",
+      "aten::index_select",
+      "aten::fill_",
+      "aten::zero_",
+      "aten::full_like",
+      "aten::zeros_like",
+      "aten::ones_like",
+      "aten::empty_like",
+      "aten::_unsafe_view",
+  };
+  return op.hasTag(at::Tag::pointwise) || names.count(op.schema().name()) > 0;
+}
+
+void warn_per_size(const c10::OperatorHandle& op, const std::string& why) {
+  static std::mutex mutex;
+  static auto* warned = new std::unordered_set<std::string>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!warned->insert(op.schema().name()).second) return;
+  TORCH_WARN(op.schema().name(), " runs at each size of its operands of bounded varying size (",
+             why, "): it compiles a program per size");
+}
+
+c10::IValue map_tensors(const c10::IValue& v,
+                        const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  if (v.isTensor()) return fn(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(fn(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const auto& item : v.toOptionalTensorList()) {
+      std::optional<at::Tensor> t = item;
+      out.push_back(t ? std::optional<at::Tensor>(fn(*t)) : std::nullopt);
+    }
+    return out;
+  }
+  return v;
+}
+
+// A tensor over `t`'s storage with the sizes of operand `in` at the bounds
+// (each varying one less by `shrink`): what the meta kernel sees.
+at::Tensor at_bounds(const at::Tensor& t, const BoundedPlan::Operand& in, int64_t shrink) {
+  auto s =
+      at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()), t.key_set(), t.dtype());
+  engine::Dims sizes = in.view.sizes;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (in.varies[d]) sizes[d] -= shrink;
+  }
+  s.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, in.view.strides, in.view.offset);
+  return s;
+}
+
+// A broadcast operand (an expanded tensor: a stride-0 gradient of a sum, a
+// scalar made the size of a varying tensor) has one value along a dimension
+// that broadcasting lines up with a varying one of the same size: read at the
+// bound, it fits the others there.
+std::optional<BoundedPlan::Operand> stretched(const at::Tensor& t,
+                                              const std::vector<BoundedPlan::Operand>& bounded) {
+  if (!is_tpu(t) || t.dim() == 0) return std::nullopt;
+  BoundedPlan::Operand in{t.unsafeGetTensorImpl(), view_of(t),
+                          std::vector<bool>(static_cast<size_t>(t.dim()), false)};
+  bool any = false;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.stride(d) != 0 || t.size(d) <= 1) continue;
+    const int64_t from_end = t.dim() - d;
+    for (const BoundedPlan::Operand& b : bounded) {
+      const int64_t e = static_cast<int64_t>(b.varies.size()) - from_end;
+      if (e < 0 || !b.varies[e] || b.view.follows[e] < 0) continue;
+      if (b.view.stored->sizes[b.view.follows[e]] != t.size(d)) continue;
+      in.view.sizes[d] = b.view.sizes[e];
+      in.varies[d] = any = true;
+      break;
+    }
+  }
+  if (!any) return std::nullopt;
+  return in;
+}
+
+bool is_contiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t expected = 1;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+// A dimension of `cat` along which an operand varies.
+bool concatenates_varying(const BoundedPlan& plan, c10::ArrayRef<c10::IValue> args) {
+  int64_t dim = args.size() > 1 && args[1].isInt() ? args[1].toInt() : 0;
+  bool varying = false;
+  for (const BoundedPlan::Operand& in : plan.inputs) {
+    auto rank = static_cast<int64_t>(in.varies.size());
+    if (rank > 0) varying |= in.varies[(dim % rank + rank) % rank];
+  }
+  return varying;
+}
+
+}  // namespace
+
+std::optional<BoundedPlan> plan_bounded(
+    const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const ReturnLayouts& real,
+    const std::vector<size_t>& written, const std::vector<int>& return_alias,
+    const std::function<std::optional<ReturnLayouts>(c10::ArrayRef<c10::IValue>)>& meta_at) {
+  // A graph being captured (torch.compile) is recorded at its inputs' own
+  // sizes: its program then holds no size operand it could not replay.
+  if (!g_bounds_used || engine::capturing(current_device())) return std::nullopt;
+  BoundedPlan plan;
+  std::string why;
+  bool any = false, readable = true;
+  for (const c10::IValue& v : args) {
+    map_tensors(v, [&](const at::Tensor& t) {
+      if (!t.defined() || !has_bounds(t)) return t;
+      any = true;
+      std::optional<engine::TensorView> view = bounded_view(t, &why);
+      if (view) {
+        std::vector<bool> varies;
+        for (int e : view->follows) varies.push_back(e >= 0);
+        plan.inputs.push_back({t.unsafeGetTensorImpl(), std::move(*view), std::move(varies)});
+      } else {
+        readable = false;
+      }
+      return t;
+    });
+  }
+  if (!any) return std::nullopt;
+  auto per_size = [&](const std::string& reason) -> std::optional<BoundedPlan> {
+    warn_per_size(op, reason);
+    return std::nullopt;
+  };
+  if (!readable) return per_size(why);
+  if (!keeps_valid_entries(op))
+    return per_size("it is not known to keep the valid entries leading");
+  if (op.schema().name() == "aten::cat" && concatenates_varying(plan, args)) {
+    return per_size("it concatenates along a varying dimension");
+  }
+  const std::vector<BoundedPlan::Operand> bounded = plan.inputs;
+  for (const c10::IValue& v : args) {
+    map_tensors(v, [&](const at::Tensor& t) {
+      if (!t.defined() || plan.view(t)) return t;
+      if (auto in = stretched(t, bounded)) plan.inputs.push_back(std::move(*in));
+      return t;
+    });
+  }
+  auto meta_with = [&](int64_t shrink) {
+    std::vector<c10::IValue> stand_in;
+    for (const c10::IValue& v : args) {
+      stand_in.push_back(map_tensors(v, [&](const at::Tensor& t) {
+        if (!t.defined()) return t;
+        for (const BoundedPlan::Operand& in : plan.inputs) {
+          if (in.tensor == t.unsafeGetTensorImpl()) return at_bounds(t, in, shrink);
+        }
+        return t;
+      }));
+    }
+    return meta_at(stand_in);
+  };
+  std::optional<ReturnLayouts> bound = meta_with(0), below = meta_with(1);
+  if (!bound || !below) return per_size("its operands do not fit together at the bounds");
+  for (size_t w : written) {
+    bool whole = true;
+    map_tensors(args[w], [&](const at::Tensor& t) {
+      const engine::TensorView* view = plan.view(t);
+      whole &= view && view->offset == 0 && view->sizes == view->stored->bounds &&
+               view->strides == engine::contiguous_strides(view->sizes);
+      return t;
+    });
+    if (!whole) return per_size("it writes a tensor that is not all of a bounded one");
+  }
+  for (size_t r = 0; r < real.size(); ++r) {
+    plan.results.emplace_back(real[r].size());
+    if (return_alias[r] >= 0) continue;
+    for (size_t k = 0; k < real[r].size(); ++k) {
+      const auto &at = real[r][k], &b = (*bound)[r].at(k), &p = (*below)[r].at(k);
+      if (!at || !b || !p) continue;
+      engine::Bounds out{b->sizes, at->sizes, std::vector<bool>(at->sizes.size())};
+      bool varies = false;
+      if (b->sizes.size() != at->sizes.size() || p->sizes.size() != at->sizes.size()) {
+        return per_size("its result's rank depends on the sizes");
+      }
+      for (size_t d = 0; d < at->sizes.size(); ++d) {
+        out.varies[d] = b->sizes[d] != p->sizes[d];
+        varies |= out.varies[d];
+        if (at->sizes[d] > b->sizes[d] || (!out.varies[d] && at->sizes[d] != b->sizes[d])) {
+          return per_size("its result's sizes do not follow its operands'");
+        }
+      }
+      if (!varies) continue;
+      if (!is_contiguous(at->sizes, at->strides)) return per_size("its result is not contiguous");
+      plan.results[r][k] = std::move(out);
+    }
+  }
+  return plan;
+}
+
+}  // namespace torch_tpu::aten

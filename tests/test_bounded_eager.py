@@ -1,0 +1,189 @@
+"""Bounded dynamism in eager execution: a tensor marked with torch_tpu.mark_dynamic(t, dim,
+min, max) lives in a storage sized for its bounds, ops on it run programs computed at the
+bounds (one for every size) and their results carry the bounds on. Each case runs over
+several sizes inside one bound: results equal the CPU's, and no size after the first
+compiles a program. The suite runs in every eager mode."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_tpu
+from torch_tpu import _C
+
+BOUND = 16
+SIZES = [5, 9, 16, 3, 12]
+
+
+@pytest.fixture(autouse=True)
+def highest_precision():
+    with torch.tpu.precision("highest"):
+        yield
+
+
+def programs() -> int:
+    m = torch_tpu.metrics()
+    return m["compiles"] + m["persistent_cache_hits"]
+
+
+def marked(x: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    t = x.to("tpu")
+    torch_tpu.mark_dynamic(t, dim, 1, BOUND)
+    return t
+
+
+def _tree(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def check_sizes(fn, make, sizes=SIZES, dim=1):
+    """fn over tpu inputs made by make(n) (the first marked along `dim`, the others
+    copied) against the CPU; returns the programs each size after the first made."""
+    made = []
+    for n in sizes:
+        args = make(n)
+        tpu_args = [marked(args[0], dim)] + [a.to("tpu") for a in args[1:]]
+        before = programs()
+        got = [t.cpu() for t in _tree(fn(*tpu_args))]
+        made.append(programs() - before)
+        want = _tree(fn(*args))
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.dtype == w.dtype
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    return made[1:]
+
+
+def randn(*shape, seed=0):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+W = randn(8, 6, seed=1)
+
+CASES = {
+    "elementwise chain": (lambda x: (x * 2 + 1).sin().clamp(-0.5, 0.7), lambda n: [randn(2, n, 8)]),
+    "sum over the varying dim": (lambda x: x.sum(1), lambda n: [randn(2, n, 8)]),
+    "sum across it": (lambda x: x.sum(-1), lambda n: [randn(2, n, 8)]),
+    "mean and var over it": (lambda x: (x.mean(1), x.var(1)), lambda n: [randn(2, n, 8)]),
+    "amax and argmax over it": (lambda x: (x.amax(1), x.argmax(1)), lambda n: [randn(2, n, 8)]),
+    "softmax over it": (lambda x: x.softmax(1), lambda n: [randn(2, n, 8)]),
+    "softmax across it": (lambda x: x.log_softmax(-1), lambda n: [randn(2, n, 8)]),
+    "layer norm": (lambda x: F.layer_norm(x, (8,)), lambda n: [randn(2, n, 8)]),
+    "matmul with the varying rows": (lambda x, w: x @ w, lambda n: [randn(n, 8), W], 0),
+    "matmul contracting it": (lambda x: x.t() @ x, lambda n: [randn(n, 8)], 0),
+    "attention": (
+        lambda x: (x @ x.transpose(1, 2) / 8**0.5).softmax(-1) @ x,
+        lambda n: [randn(1, n, 8)],
+    ),
+    "embedding": (
+        lambda i, w: F.embedding(i, w).sum(-1),
+        lambda n: [torch.randint(0, 8, (1, n), generator=torch.Generator().manual_seed(n)), W],
+    ),
+    "cat along a static dim": (lambda x: torch.cat([x, x * 2], -1), lambda n: [randn(2, n, 8)]),
+    "where and a comparison": (
+        lambda x: torch.where(x > 0, x, x.exp()).masked_fill(x < -1, 3.0),
+        lambda n: [randn(2, n, 8)],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=str)
+def test_an_op_at_the_bounds_matches_the_cpu_and_compiles_once(case):
+    fn, make, *dim = CASES[case]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no op may fall back to per-size programs
+        assert check_sizes(fn, make, dim=dim[0] if dim else 1) == [0] * (len(SIZES) - 1)
+
+
+class TinyDecoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.norm = nn.LayerNorm(8)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, ids):
+        h = self.norm(self.emb(ids))
+        q = self.proj(h)
+        a = (q @ h.transpose(1, 2) / 8**0.5).softmax(-1) @ h
+        return (a * h).sum()
+
+
+def test_forward_and_backward_at_the_bounds_match_the_cpu():
+    torch.manual_seed(0)
+    cpu = TinyDecoder()
+    tpu = TinyDecoder().to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
+    made = []
+    for n in SIZES:
+        ids = torch.randint(0, 50, (1, n), generator=torch.Generator().manual_seed(n))
+        for m in (cpu, tpu):
+            m.zero_grad()
+        before = programs()
+        loss = tpu(marked(ids))
+        loss.backward()
+        grads = [p.grad.cpu() for p in tpu.parameters()]
+        made.append(programs() - before)
+        expected = cpu(ids)
+        expected.backward()
+        torch.testing.assert_close(loss.cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
+        for g, p in zip(grads, cpu.parameters()):
+            torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-5)
+    assert made[1:] == [0] * (len(SIZES) - 1)
+
+
+def test_results_carry_the_bounds_and_read_back_exactly():
+    x = randn(2, 5, 8)
+    t = marked(x)
+    y = t * 3 - 1
+    assert _C._has_bounds(t) and _C._has_bounds(y)
+    assert y.shape == (2, 5, 8) and y.is_contiguous()
+    expected = x * 3 - 1
+    torch.testing.assert_close(y.cpu(), expected)
+    assert y.sum().item() == pytest.approx(expected.sum().item(), rel=1e-5)
+    assert repr(y[1, :2].cpu()) == repr(expected[1, :2]) and "device='tpu:0'" in repr(y)
+    torch.testing.assert_close(y.max(1).values.cpu(), expected.max(1).values)
+
+
+def test_mark_dynamic_keeps_the_values_and_the_tensor():
+    x = randn(3, 7)
+    t = x.to("tpu").requires_grad_()
+    torch_tpu.mark_dynamic(t, 1, 2, BOUND)
+    assert t.is_leaf and t.requires_grad and t.shape == (3, 7)
+    torch.testing.assert_close(t.detach().cpu(), x)
+    (t * t).sum().backward()
+    torch.testing.assert_close(t.grad.cpu(), 2 * x)
+
+
+def test_an_op_that_cannot_run_at_the_bounds_runs_per_size_with_a_warning():
+    # Concatenating along the varying dimension puts the second operand's values after
+    # the first's padding: it runs at its operands' own sizes, correctly.
+    with pytest.warns(UserWarning, match="cat runs at each size"):
+        made = check_sizes(lambda x: torch.cat([x, x + 1], 1), lambda n: [randn(2, n, 8)])
+    assert all(m >= 1 for m in made)
+
+
+def test_a_view_merging_the_varying_dimension_runs_per_size():
+    # A linear layer over [batch > 1, n, features] folds batch and sequence into one
+    # dimension: that reshape cannot keep a varying size, and the product runs per size.
+    lin = nn.Linear(8, 6)
+    lin_tpu = nn.Linear(8, 6).to("tpu")
+    lin_tpu.load_state_dict(lin.state_dict())
+
+    def fn(x):
+        return (lin_tpu if x.device.type == "tpu" else lin)(x)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_sizes(fn, lambda n: [randn(2, n, 8)], sizes=[5, 9])
+
+
+def test_a_compiled_function_reads_bounded_inputs_at_their_sizes():
+    compiled = torch.compile(lambda x: (x.softmax(-1) * 2).sum(1), backend="tpu")
+    for n in (4, 7):
+        x = randn(2, n, 8)
+        torch.testing.assert_close(compiled(marked(x)).cpu(), (x.softmax(-1) * 2).sum(1))
