@@ -160,11 +160,59 @@ def test_mark_dynamic_keeps_the_values_and_the_tensor():
 
 
 def test_an_op_that_cannot_run_at_the_bounds_runs_per_size_with_a_warning():
-    # Concatenating along the varying dimension puts the second operand's values after
-    # the first's padding: it runs at its operands' own sizes, correctly.
-    with pytest.warns(UserWarning, match="cat runs at each size"):
-        made = check_sizes(lambda x: torch.cat([x, x + 1], 1), lambda n: [randn(2, n, 8)])
+    # flip reads the varying dimension from its end, where the padding is: it runs at
+    # its operand's own sizes, correctly.
+    with pytest.warns(UserWarning, match="flip runs at each size"):
+        made = check_sizes(lambda x: torch.flip(x, [1]) * 2, lambda n: [randn(2, n, 8)])
     assert all(m >= 1 for m in made)
+
+
+def test_cat_along_the_varying_dimension_keeps_one_bound():
+    # Its result's bound is the first power of two its operands fit in at their offsets
+    # (32 here for every size): operands after a varying one are placed at run time.
+    made = check_sizes(
+        lambda x, y: torch.cat([x, y, x * 2], 1).softmax(1),
+        lambda n: [randn(2, n, 8), randn(2, 3, 8)],
+        sizes=[5, 9, 3, 12],
+    )
+    assert made == [0, 0, 0]
+
+
+def grow(steps, automatic=True):
+    """A key-value cache grown token by token (as transformers' DynamicCache does) and
+    attention over it: programs made per step, checked against the CPU."""
+    _C._set_automatic_bounds(automatic)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        cache = torch.randn(1, 2, 5, 8, generator=gen)
+        ids = torch.randint(0, 50, (1, 5), generator=gen)
+        cache_t, ids_t = cache.to("tpu"), ids.to("tpu")
+        made = []
+        for _ in range(steps):
+            new, q = torch.randn(1, 2, 1, 8, generator=gen), torch.randn(1, 2, 1, 8, generator=gen)
+            before = programs()
+            cache_t = torch.cat([cache_t, new.to("tpu")], dim=-2)
+            out_t = (q.to("tpu") @ cache_t.transpose(-1, -2)).softmax(-1) @ cache_t
+            ids_t = torch.cat([ids_t, out_t.sum(-1)[..., 0].argmax(-1, keepdim=True)], dim=-1)
+            last = ids_t[:, -1].cpu()
+            made.append(programs() - before)
+            cache = torch.cat([cache, new], dim=-2)
+            out = (q @ cache.transpose(-1, -2)).softmax(-1) @ cache
+            ids = torch.cat([ids, out.sum(-1)[..., 0].argmax(-1, keepdim=True)], dim=-1)
+            torch.testing.assert_close(out_t.cpu(), out, rtol=1e-5, atol=1e-5)
+            assert torch.equal(ids_t.cpu(), ids) and torch.equal(last, ids[:, -1])
+        assert _C._has_bounds(cache_t) == automatic
+        return made
+    finally:
+        _C._set_automatic_bounds(True)
+
+
+def test_a_tensor_grown_by_cat_gets_bounds_and_steps_stop_compiling():
+    # The second growth makes the results bounded (a power of two, 16): from then on a
+    # step compiles nothing until the cache outgrows 16 and its bound becomes 32.
+    made = grow(16)
+    assert made[3:10] == [0] * 7 and sum(made[14:]) == 0
+    assert sum(made) < sum(grow(16, automatic=False)) / 2
 
 
 def test_a_view_merging_the_varying_dimension_runs_per_size():
@@ -187,3 +235,41 @@ def test_a_compiled_function_reads_bounded_inputs_at_their_sizes():
     for n in (4, 7):
         x = randn(2, n, 8)
         torch.testing.assert_close(compiled(marked(x)).cpu(), (x.softmax(-1) * 2).sum(1))
+
+
+def test_generate_with_the_default_dynamic_cache_stops_compiling_per_token():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    cpu = transformers.LlamaForCausalLM(config).eval()
+    tpu = transformers.LlamaForCausalLM(config).eval().to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
+    made = []
+
+    class CountPrograms(transformers.LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            made.append(programs())
+            return scores
+
+    prompt = torch.randint(0, 128, (1, 7), generator=torch.Generator().manual_seed(7))
+    kwargs = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = tpu.generate(
+            prompt.to("tpu"),
+            logits_processor=transformers.LogitsProcessorList([CountPrograms()]),
+            **kwargs,
+        )
+    assert torch.equal(out.cpu(), cpu.generate(prompt, **kwargs))
+    per_token = [b - a for a, b in zip(made, made[1:])]
+    # Past the first four tokens, only the steps where the cache outgrows its bound (16,
+    # then 32: three steps each) compile anything.
+    assert sum(1 for n in per_token[4:] if n > 0) <= 6, per_token

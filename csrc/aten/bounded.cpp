@@ -2,12 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
+#include <numeric>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "aten/allocator.h"
 #include "aten/tensor_bridge.h"
 #include "engine/captured_graph.h"
+#include "engine/deferred.h"
+#include "engine/storage_ops.h"
 
 namespace torch_tpu::aten {
 
@@ -75,9 +80,8 @@ std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string*
   for (int64_t e : big) {
     int64_t q = rest / cs[e];
     rest %= cs[e];
-    if (q >= z[e] || (q > 0 && stored.varies[e])) {
-      return refuse(why, "the view starts inside a varying dimension");
-    }
+    // A position inside a varying dimension (x[:, -1]) is an offset operand.
+    if (q >= z[e]) return refuse(why, "the view's offset does not follow the stored layout");
     v.offset += q * ps[e];
   }
   std::vector<bool> followed(rank, false);
@@ -121,15 +125,52 @@ std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string*
     v.sizes.push_back(size);
     v.strides.push_back(ps[at] * step);
   }
-  for (int64_t e = 0; e < rank; ++e) {
-    if (stored.varies[e] && !followed[e]) {
-      return refuse(why, "the view leaves out a varying dimension");
-    }
-  }
   return v;
 }
 
-at::Tensor empty_bounded(c10::IntArrayRef sizes, const engine::Bounds& bounds, at::ScalarType dtype,
+namespace {
+
+// The dimensions of a dense tensor in memory order (outermost first), or
+// nullopt when its strides are not a permutation of contiguous ones. Sizes of
+// 1 keep their place.
+std::optional<std::vector<int64_t>> memory_order(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  std::vector<int64_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (c10::is_contiguous_strides(sizes, strides)) return order;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return sizes[a] > 1 && sizes[b] > 1 && strides[a] > strides[b];
+  });
+  int64_t expected = 1;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    if (sizes[*it] != 1 && strides[*it] != expected) return std::nullopt;
+    expected *= sizes[*it];
+  }
+  return order;
+}
+
+engine::Bounds permuted(const engine::Bounds& b, const std::vector<int64_t>& order) {
+  engine::Bounds out;
+  for (int64_t d : order) {
+    out.bounds.push_back(b.bounds[d]);
+    out.sizes.push_back(b.sizes[d]);
+    out.varies.push_back(b.varies[d]);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool dense_at_bounds(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                     const engine::Bounds& bounds) {
+  if (c10::is_contiguous_strides(sizes, strides)) return true;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (bounds.varies[d] && sizes[d] <= 1) return false;  // its place in memory is ambiguous
+  }
+  return memory_order(sizes, strides).has_value();
+}
+
+at::Tensor empty_bounded(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                         const engine::Bounds& bounds, at::ScalarType dtype,
                          c10::DeviceIndex device) {
   c10::DeviceGuard guard(c10::Device(kTpu, device));
   const size_t nbytes = static_cast<size_t>(product(bounds.bounds)) * c10::elementSize(dtype);
@@ -137,16 +178,50 @@ at::Tensor empty_bounded(c10::IntArrayRef sizes, const engine::Bounds& bounds, a
   auto t = at::detail::make_tensor<c10::TensorImpl>(
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       c10::scalarTypeToTypeMeta(dtype));
-  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
-  whole_slot(t)->bounds = bounds;
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
+  whole_slot(t)->bounds = permuted(bounds, *memory_order(sizes, strides));
   g_bounds_used = true;
   return t;
 }
 
 engine::TensorView bounded_target(const at::Tensor& t) {
-  std::optional<engine::TensorView> v = bounded_view(t);
-  TORCH_INTERNAL_ASSERT(v && v->sizes == v->stored->bounds && v->offset == 0);
-  return *v;
+  engine::StorageSlot* slot = whole_slot(t);
+  const engine::Bounds& stored = *slot->bounds;
+  std::vector<int64_t> order = *memory_order(t.sizes(), t.strides());
+  engine::Dims padded = engine::contiguous_strides(stored.bounds);
+  engine::TensorView v;
+  v.slot = slot;
+  v.dtype = element_type(t.scalar_type());
+  v.stored = stored;
+  v.sizes.resize(order.size());
+  v.strides.resize(order.size());
+  v.follows.resize(order.size());
+  for (size_t at = 0; at < order.size(); ++at) {
+    const int64_t d = order[at];
+    v.sizes[d] = stored.bounds[at];
+    v.strides[d] = padded[at];
+    v.follows[d] = stored.varies[at] ? static_cast<int>(at) : -1;
+  }
+  return v;
+}
+
+bool copy_at_bounds(const at::Tensor& dst, const at::Tensor& src) {
+  if (!g_bounds_used || dst.sizes() != src.sizes() || !has_bounds(src)) return false;
+  engine::StorageSlot* slot = whole_slot(dst);
+  if (!slot || slot->buffer || slot->bounds || engine::is_pending(*slot) ||
+      engine::capturing(slot->device) || !dst.is_contiguous() || dst.storage_offset() != 0 ||
+      static_cast<size_t>(dst.numel()) * dst.element_size() != slot->nbytes) {
+    return false;
+  }
+  std::optional<engine::TensorView> from = bounded_view(src);
+  if (!from) return false;
+  engine::Bounds bounds{from->sizes, dst.sizes().vec(), {}};
+  for (int e : from->follows) bounds.varies.push_back(e >= 0);
+  resize_storage_bytes(dst.storage().unsafeGetStorageImpl(),
+                       static_cast<size_t>(product(bounds.bounds)) * dst.element_size());
+  slot->bounds = std::move(bounds);
+  engine::copy_view(*from, bounded_target(dst), "aten::copy_");
+  return true;
 }
 
 void set_bounds(const at::Tensor& t, c10::IntArrayRef bounds, const std::vector<bool>& varies) {
@@ -222,6 +297,10 @@ bool keeps_valid_entries(const c10::OperatorHandle& op) {
       "aten::copy_",
       "aten::where",
       "aten::masked_fill",
+      "aten::all",
+      "aten::any",
+      "aten::isin",
+      "aten::cumsum",
       "aten::tril",
       "aten::triu",
       "aten::cat",
@@ -313,15 +392,90 @@ bool is_contiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>
   return true;
 }
 
-// A dimension of `cat` along which an operand varies.
-bool concatenates_varying(const BoundedPlan& plan, c10::ArrayRef<c10::IValue> args) {
+std::atomic<bool> g_automatic{[] {
+  const char* env = std::getenv("TORCH_TPU_AUTOMATIC_BOUNDS");
+  return !(env && std::string(env) == "0");
+}()};
+
+int64_t power_of_two_at_least(int64_t n) {
+  int64_t p = 16;
+  while (p < n) p *= 2;
+  return p;
+}
+
+// cat(tensors, dim): its dimension (wrapped by the result's rank).
+int64_t cat_dim(c10::ArrayRef<c10::IValue> args, size_t rank) {
   int64_t dim = args.size() > 1 && args[1].isInt() ? args[1].toInt() : 0;
-  bool varying = false;
-  for (const BoundedPlan::Operand& in : plan.inputs) {
-    auto rank = static_cast<int64_t>(in.varies.size());
-    if (rank > 0) varying |= in.varies[(dim % rank + rank) % rank];
+  auto r = static_cast<int64_t>(rank);
+  return r > 0 ? (dim % r + r) % r : 0;
+}
+
+// The operands of a cat that count (a legacy empty 1-d operand does not).
+std::vector<at::Tensor> cat_operands(c10::ArrayRef<c10::IValue> args, size_t rank) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : args[0].toTensorList()) {
+    if (static_cast<size_t>(t.dim()) == rank) out.push_back(t);
   }
-  return varying;
+  return out;
+}
+
+// A cat along a dimension that varies (or, with automatic bounds, has been
+// seen to change), computed at a bound the result keeps while it fits: the
+// largest operand bound, or else a power of two.
+std::optional<BoundedPlan> plan_cat_at_bounds(BoundedPlan plan, c10::ArrayRef<c10::IValue> args,
+                                              const ReturnLayouts& real, std::string* why) {
+  const ResultLayout& out = *real.at(0).at(0);
+  const int64_t dim = cat_dim(args, out.sizes.size());
+  int64_t offset = 0, need = out.sizes[dim], kept = 0;
+  for (const at::Tensor& t : cat_operands(args, out.sizes.size())) {
+    const engine::TensorView* v = plan.view(t);
+    for (const BoundedPlan::Operand& in : plan.inputs) {
+      if (in.tensor != t.unsafeGetTensorImpl()) continue;
+      for (size_t d = 0; d < in.varies.size(); ++d) {
+        if (in.varies[d] && static_cast<int64_t>(d) != dim) {
+          *why = "it concatenates tensors that vary along another dimension too";
+          return std::nullopt;
+        }
+      }
+    }
+    const int64_t at_bound = v ? v->sizes[dim] : t.size(dim);
+    need = std::max(need, offset + at_bound);
+    if (v) kept = std::max(kept, at_bound);
+    offset += t.size(dim);
+  }
+  if (!is_contiguous(out.sizes, out.strides)) {
+    *why = "its result is not contiguous";
+    return std::nullopt;
+  }
+  engine::Bounds bounds{out.sizes, out.sizes, std::vector<bool>(out.sizes.size(), false)};
+  bounds.bounds[dim] = need <= kept ? kept : power_of_two_at_least(need);
+  bounds.varies[dim] = true;
+  plan.results = {{std::move(bounds)}};
+  g_bounds_used = true;
+  plan.rule = "_tpu_cat_at_bounds";
+  return plan;
+}
+
+// Automatic bounds: whether this cat's result size along its dimension differs
+// from the first one of a cat of the same operand shapes otherwise.
+bool seen_changing(c10::ArrayRef<c10::IValue> args, const ReturnLayouts& real) {
+  if (!g_automatic || real.size() != 1 || real[0].size() != 1 || !real[0][0]) return false;
+  const ResultLayout& out = *real[0][0];
+  if (out.sizes.empty()) return false;
+  const int64_t dim = cat_dim(args, out.sizes.size());
+  if (out.sizes[dim] < 2) return false;
+  std::string key = std::to_string(dim);
+  for (const at::Tensor& t : cat_operands(args, out.sizes.size())) {
+    if (!is_tpu(t)) return false;
+    key += "|" + std::to_string(static_cast<int>(t.scalar_type()));
+    for (int64_t d = 0; d < t.dim(); ++d) key += "," + std::to_string(d == dim ? -1 : t.size(d));
+  }
+  static std::mutex mutex;
+  static auto* first = new std::unordered_map<std::string, int64_t>();
+  std::lock_guard<std::mutex> lock(mutex);
+  // Against the first size: cats of one shape in several places (each layer's
+  // keys and values) all see the change.
+  return first->emplace(key, out.sizes[dim]).first->second != out.sizes[dim];
 }
 
 }  // namespace
@@ -332,7 +486,11 @@ std::optional<BoundedPlan> plan_bounded(
     const std::function<std::optional<ReturnLayouts>(c10::ArrayRef<c10::IValue>)>& meta_at) {
   // A graph being captured (torch.compile) is recorded at its inputs' own
   // sizes: its program then holds no size operand it could not replay.
-  if (!g_bounds_used || engine::capturing(current_device())) return std::nullopt;
+  static const c10::OperatorName cat{"aten::cat", ""};
+  const bool is_cat = op.operator_name() == cat;
+  if (!(g_bounds_used || (is_cat && g_automatic)) || engine::capturing(current_device())) {
+    return std::nullopt;
+  }
   BoundedPlan plan;
   std::string why;
   bool any = false, readable = true;
@@ -351,16 +509,26 @@ std::optional<BoundedPlan> plan_bounded(
       return t;
     });
   }
-  if (!any) return std::nullopt;
+  if (!any) {
+    if (is_cat && seen_changing(args, real)) return plan_cat_at_bounds(plan, args, real, &why);
+    return std::nullopt;
+  }
   auto per_size = [&](const std::string& reason) -> std::optional<BoundedPlan> {
     warn_per_size(op, reason);
     return std::nullopt;
   };
   if (!readable) return per_size(why);
-  if (!keeps_valid_entries(op))
+  if (!keeps_valid_entries(op)) {
     return per_size("it is not known to keep the valid entries leading");
-  if (op.schema().name() == "aten::cat" && concatenates_varying(plan, args)) {
-    return per_size("it concatenates along a varying dimension");
+  }
+  if (is_cat) {
+    const int64_t dim = cat_dim(args, real.at(0).at(0)->sizes.size());
+    bool along = false;
+    for (const BoundedPlan::Operand& in : plan.inputs) along |= in.varies.at(dim);
+    if (along) {
+      std::optional<BoundedPlan> at_bounds = plan_cat_at_bounds(plan, args, real, &why);
+      return at_bounds ? at_bounds : per_size(why);
+    }
   }
   const std::vector<BoundedPlan::Operand> bounded = plan.inputs;
   for (const c10::IValue& v : args) {
@@ -414,11 +582,16 @@ std::optional<BoundedPlan> plan_bounded(
         }
       }
       if (!varies) continue;
-      if (!is_contiguous(at->sizes, at->strides)) return per_size("its result is not contiguous");
+      if (!dense_at_bounds(at->sizes, at->strides, out)) {
+        return per_size("its result's layout is not dense");
+      }
       plan.results[r][k] = std::move(out);
     }
   }
   return plan;
 }
+
+void set_automatic_bounds(bool on) { g_automatic = on; }
+bool automatic_bounds() { return g_automatic; }
 
 }  // namespace torch_tpu::aten

@@ -23,13 +23,25 @@ bool has_bounds(const at::Tensor& t);
 // because a varying size is 0 or 1.
 std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string* why = nullptr);
 
-// A contiguous tensor of `sizes` whose storage holds `bounds`' elements and
-// records them: the result of an op computed at the bounds.
-at::Tensor empty_bounded(c10::IntArrayRef sizes, const engine::Bounds& bounds, at::ScalarType dtype,
+// Whether a result of this layout can hold bounded sizes: dense (a permutation
+// of a contiguous layout) with each varying size's place in memory clear.
+bool dense_at_bounds(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                     const engine::Bounds& bounds);
+
+// A dense tensor of `sizes` and `strides` whose storage holds the elements of
+// `bounds` (given in the tensor's dimension order) and records them: the
+// result of an op computed at the bounds.
+at::Tensor empty_bounded(c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                         const engine::Bounds& bounds, at::ScalarType dtype,
                          c10::DeviceIndex device);
 
 // The view of `t` (from empty_bounded) that a program writes at the bounds.
 engine::TensorView bounded_target(const at::Tensor& t);
+
+// copy_(dst, src) of a source of bounded sizes into a new tensor of its sizes
+// (to(), contiguous(), a type conversion): `dst` takes the bounds and the copy
+// runs at them. False, having done nothing, where that does not apply.
+bool copy_at_bounds(const at::Tensor& dst, const at::Tensor& src);
 
 // torch_tpu.mark_dynamic in eager: `t` (contiguous, from offset 0, over a
 // storage of at least `bounds`' elements holding its values first) records
@@ -39,6 +51,13 @@ void set_bounds(const at::Tensor& t, c10::IntArrayRef bounds, const std::vector<
 // `t` written at its own sizes: its storage keeps its bounds only when `t` is
 // the whole stored tensor (any other write may lay it out anew).
 void written_at_own_sizes(const at::Tensor& t);
+
+// Results of `cat` whose size along the concatenated dimension has been seen
+// to change get bounds (a power of two), so that a tensor grown by
+// concatenation, token by token (a key-value cache), keeps one bound for many
+// sizes. On unless TORCH_TPU_AUTOMATIC_BOUNDS=0 or set off here.
+void set_automatic_bounds(bool on);
+bool automatic_bounds();
 
 // What a meta kernel says of a tensor result.
 struct ResultLayout {
@@ -61,6 +80,8 @@ struct BoundedPlan {
   // Per return, per tensor: the bounds of a new result, nullopt for one of
   // static size (or a return that is a written argument).
   std::vector<std::vector<std::optional<engine::Bounds>>> results;
+  // The lowering that computes the call at the bounds, when not the op's own.
+  const char* rule = nullptr;
 
   const engine::TensorView* view(const at::Tensor& t) const;
 };

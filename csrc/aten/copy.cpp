@@ -2,6 +2,7 @@
 #include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 
+#include "aten/bounded.h"
 #include "aten/device.h"
 #include "aten/tensor_bridge.h"
 #include "engine/captured_graph.h"
@@ -21,6 +22,7 @@ void copy_on_device(const at::Tensor& dst, const at::Tensor& src) {
       d.dtype == s.dtype) {
     return;
   }
+  if (copy_at_bounds(dst, src)) return;
   // Buffers are immutable: a whole-storage copy shares the source buffer
   // (unless a pending graph owns either value, or a capture records the
   // device: then the copy joins the graph).

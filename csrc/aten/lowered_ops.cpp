@@ -803,7 +803,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       const engine::Bounds* bounds =
           bounded && bounded->results[r][k] ? &*bounded->results[r][k] : nullptr;
       at::Tensor t = !m       ? at::Tensor()
-                     : bounds ? empty_bounded(m->sizes, *bounds, m->dtype, device)
+                     : bounds ? empty_bounded(m->sizes, m->strides, *bounds, m->dtype, device)
                               : empty_tpu(m->sizes, m->strides, m->dtype, device);
       targets.push_back(t);
       return t;
@@ -823,7 +823,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   engine::OpCall call;
   call.name = binding.name;
-  call.rule = binding.rule;
+  call.rule = bounded && bounded->rule ? lower::find_rule(bounded->rule) : binding.rule;
   call.device = device;
   for (const at::Tensor& t : targets) wide |= t.defined() && t.scalar_type() == at::kDouble;
   CallBuilder builder{binding, device, wide, bounded ? &*bounded : nullptr};

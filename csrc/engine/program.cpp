@@ -59,7 +59,13 @@ class KeyWriter {
   void put_view(const TensorView& v) {
     put(v.dtype);
     put_dims(v.sizes);
-    put_dims(v.strides);
+    // A dimension of size 1 is read at no stride: views differing there (x[:, -1]
+    // of a growing x) share the program.
+    Dims strides = v.strides;
+    for (size_t d = 0; d < strides.size(); ++d) {
+      if (v.sizes[d] == 1) strides[d] = 0;
+    }
+    put_dims(strides);
     put(v.offset == 0);
     put(static_cast<uint8_t>(v.follows.size()));
     if (!v.bounded()) return;

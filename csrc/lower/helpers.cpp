@@ -289,8 +289,10 @@ Value reduced_count(Builder& b, const Value& x, const Dims& dims, ElementType ty
     return b.full({type, kept}, static_cast<double>(n));
   }
   // A sum of ones that come from x, so that they carry its sizes (MLIR folds
-  // get_dimension_size of a statically typed value to its bound).
-  Value one = b.or_(b.compare(x, x, hlo::Comparison::EQ), b.compare(x, x, hlo::Comparison::NE));
+  // get_dimension_size of a statically typed value to its bound). Compared as
+  // floats: XLA folds an integer's x == x to a constant, which has no sizes.
+  Value f = is_floating(x.type()) ? x : b.convert(x, ElementType::F32);
+  Value one = b.or_(b.compare(f, f, hlo::Comparison::EQ), b.compare(f, f, hlo::Comparison::NE));
   return reduce_sum(b, b.convert(one, type), dims);
 }
 

@@ -207,6 +207,8 @@ PYBIND11_MODULE(_C, m) {
   // asynchronously with `message`.
   m.def("_set_bounds", &aten::set_bounds);
   m.def("_has_bounds", &aten::has_bounds);
+  m.def("_set_automatic_bounds", &aten::set_automatic_bounds);
+  m.def("_automatic_bounds", &aten::automatic_bounds);
   m.def("_poison_storage", [](const at::Tensor& t, const std::string& message) {
     auto* slot = aten::slot_of(t);
     engine::materialize(*slot, engine::FlushReason::Storage);
