@@ -6,6 +6,7 @@ compiles a program. The suite runs in every eager mode."""
 
 from __future__ import annotations
 
+import itertools
 import warnings
 
 import pytest
@@ -269,7 +270,7 @@ def test_generate_with_the_default_dynamic_cache_stops_compiling_per_token():
             **kwargs,
         )
     assert torch.equal(out.cpu(), cpu.generate(prompt, **kwargs))
-    per_token = [b - a for a, b in zip(made, made[1:])]
+    per_token = [b - a for a, b in itertools.pairwise(made)]
     # Past the first four tokens, only the steps where the cache outgrows its bound (16,
     # then 32: three steps each) compile anything.
     assert sum(1 for n in per_token[4:] if n > 0) <= 6, per_token
