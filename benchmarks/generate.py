@@ -1,11 +1,13 @@
 """Hugging Face `generate()` on tpu: what a first continuation compiles, with the default
-dynamic cache (eager) and with a static cache (compiled), against CPU eager in the same run.
+dynamic cache (strict and fused eager, with automatic bounds for the cache it grows by
+concatenation and without: `_per_size`) and with a static cache (compiled), against CPU
+eager in the same run.
 
 Each variant runs in a fresh process with empty compilation caches (tpu's and PyTorch's),
 so its numbers are a first run's. Prints, per variant: seconds of the first and the second
 `generate()` (the second from a prompt of another length), programs compiled in each, the
-ratio to CPU eager's time, and for the dynamic cache the ops whose programs were compiled
-most (read from TORCH_TPU_DUMP_DIR). Run:
+ratio to CPU eager's time, and for the strict dynamic cache the ops whose programs were
+compiled most (read from TORCH_TPU_DUMP_DIR). Run:
 ``.venv/bin/python benchmarks/generate.py [--new-tokens 32]``.
 """
 
@@ -79,9 +81,22 @@ def run_variant(args: argparse.Namespace) -> dict:
     return {"variant": args.variant, "calls": calls}
 
 
+# Environment of each variant's process (the cpu and static_compiled variants: none).
+VARIANT_ENV = {
+    "dynamic_eager": {},
+    "dynamic_eager_per_size": {"TORCH_TPU_AUTOMATIC_BOUNDS": "0"},
+    "dynamic_fused": {"TORCH_TPU_EAGER_MODE": "defer_and_fuse"},
+    "dynamic_fused_per_size": {
+        "TORCH_TPU_EAGER_MODE": "defer_and_fuse",
+        "TORCH_TPU_AUTOMATIC_BOUNDS": "0",
+    },
+}
+
+
 def spawn(args: argparse.Namespace, variant: str, dump: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache)
+        env.update(VARIANT_ENV.get(variant, {}))
         if dump:
             env["TORCH_TPU_DUMP_DIR"] = dump
         command = [sys.executable, __file__, f"--variant={variant}"]
@@ -106,15 +121,17 @@ def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as dump:
         results = {"dynamic_eager": spawn(args, "dynamic_eager", dump)}
         first_call = programs_by_op(dump, results["dynamic_eager"]["calls"][0]["programs"])
-    results["static_compiled"] = spawn(args, "static_compiled")
+    names = [*VARIANT_ENV, "static_compiled"]
+    for name in names[1:]:
+        results[name] = spawn(args, name)
     results["cpu"] = spawn(args, "cpu")
     cpu = results["cpu"]["calls"]
     print(f"tiny Llama, greedy generate() of {args.new_tokens} tokens, prompts {args.prompts}")
-    for name in ("dynamic_eager", "static_compiled"):
+    for name in names:
         for k, (call, ref) in enumerate(zip(results[name]["calls"], cpu)):
             same = "same tokens as CPU" if call["tokens"] == ref["tokens"] else "TOKENS DIFFER"
             print(
-                f"  {name:16} call {k + 1}: {call['programs']:4} programs, {call['seconds']:6.2f} s"
+                f"  {name:22} call {k + 1}: {call['programs']:4} programs, {call['seconds']:6.2f} s"
                 f" ({call['seconds'] / ref['seconds']:.1f}x CPU eager's {ref['seconds']:.2f} s), {same}"
             )
     total = sum(first_call.values())

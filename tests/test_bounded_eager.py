@@ -217,18 +217,25 @@ def test_a_tensor_grown_by_cat_gets_bounds_and_steps_stop_compiling():
 
 
 def test_a_view_merging_the_varying_dimension_runs_per_size():
-    # A linear layer over [batch > 1, n, features] folds batch and sequence into one
-    # dimension: that reshape cannot keep a varying size, and the product runs per size.
-    lin = nn.Linear(8, 6)
-    lin_tpu = nn.Linear(8, 6).to("tpu")
-    lin_tpu.load_state_dict(lin.state_dict())
+    with pytest.warns(UserWarning, match="mul runs at each size"):
+        made = check_sizes(lambda x: x.reshape(-1, 8) * 2, lambda n: [randn(2, n, 8)], sizes=[5, 9])
+    assert made == [1]
 
-    def fn(x):
-        return (lin_tpu if x.device.type == "tpu" else lin)(x)
 
+def test_linear_layers_over_a_batch_keep_the_varying_dimension():
+    # PyTorch's linear and matmul fold [batch, n, features] into [batch * n, features];
+    # on tensors with bounds they run as batched products instead.
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+    tpu = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8)).to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check_sizes(fn, lambda n: [randn(2, n, 8)], sizes=[5, 9])
+        warnings.simplefilter("error")
+        made = check_sizes(
+            lambda x, w: (tpu if x.device.type == "tpu" else cpu)(x) @ w,
+            lambda n: [randn(3, n, 8), W],
+        )
+    assert made == [0] * (len(SIZES) - 1)
 
 
 def test_a_compiled_function_reads_bounded_inputs_at_their_sizes():

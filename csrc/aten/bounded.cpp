@@ -1,5 +1,8 @@
 #include "aten/bounded.h"
 
+#include <ATen/ops/linear_native.h>
+#include <ATen/ops/matmul_native.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -25,7 +28,11 @@ int64_t product(const engine::Dims& d) {
 }
 
 engine::StorageSlot* whole_slot(const at::Tensor& t) {
-  if (!is_tpu(t) || !t.has_storage()) return nullptr;
+  // Tensor subclasses (FakeTensor while torch.compile traces) hold no slot.
+  if (!is_tpu(t) || !t.has_storage() || t.key_set().has(c10::DispatchKey::Python) ||
+      !t.storage().data_ptr().get_context()) {
+    return nullptr;
+  }
   SlotAddress at = storage_slot(*t.storage().unsafeGetStorageImpl());
   return at.byte_offset == 0 ? at.slot : nullptr;
 }
@@ -40,6 +47,8 @@ std::optional<engine::TensorView> refuse(std::string* why, const char* reason) {
 namespace {
 // Set once a storage gets bounds: until then no call looks for them.
 std::atomic<bool> g_bounds_used{false};
+// Set while a call reruns at its own sizes (WithoutBounds).
+thread_local bool g_without_bounds = false;
 }  // namespace
 
 bool has_bounds(const at::Tensor& t) {
@@ -300,7 +309,6 @@ bool keeps_valid_entries(const c10::OperatorHandle& op) {
       "aten::all",
       "aten::any",
       "aten::isin",
-      "aten::cumsum",
       "aten::tril",
       "aten::triu",
       "aten::cat",
@@ -316,7 +324,7 @@ bool keeps_valid_entries(const c10::OperatorHandle& op) {
   return op.hasTag(at::Tag::pointwise) || names.count(op.schema().name()) > 0;
 }
 
-void warn_per_size(const c10::OperatorHandle& op, const std::string& why) {
+void warn_once_per_op(const c10::OperatorHandle& op, const std::string& why) {
   static std::mutex mutex;
   static auto* warned = new std::unordered_set<std::string>();
   std::lock_guard<std::mutex> lock(mutex);
@@ -488,7 +496,8 @@ std::optional<BoundedPlan> plan_bounded(
   // sizes: its program then holds no size operand it could not replay.
   static const c10::OperatorName cat{"aten::cat", ""};
   const bool is_cat = op.operator_name() == cat;
-  if (!(g_bounds_used || (is_cat && g_automatic)) || engine::capturing(current_device())) {
+  if (!(g_bounds_used || (is_cat && g_automatic)) || g_without_bounds ||
+      engine::capturing(current_device())) {
     return std::nullopt;
   }
   BoundedPlan plan;
@@ -514,7 +523,7 @@ std::optional<BoundedPlan> plan_bounded(
     return std::nullopt;
   }
   auto per_size = [&](const std::string& reason) -> std::optional<BoundedPlan> {
-    warn_per_size(op, reason);
+    warn_once_per_op(op, reason);
     return std::nullopt;
   };
   if (!readable) return per_size(why);
@@ -590,6 +599,48 @@ std::optional<BoundedPlan> plan_bounded(
   }
   return plan;
 }
+
+// ---------------------------------------------------------------- batched products
+
+namespace {
+
+// A linear layer or matmul of a [batch, n, k] tensor of bounded sizes (batch > 1):
+// PyTorch's composites fold batch and n into one dimension, a reshape that cannot
+// keep a varying size (the product would run per size); a batched product keeps
+// them apart. Other calls take the composites.
+bool folds_varying(const at::Tensor& x) {
+  return g_bounds_used && x.dim() == 3 && x.size(0) > 1 && has_bounds(x);
+}
+
+at::Tensor batched(const at::Tensor& x, const at::Tensor& w) {
+  return at::bmm(x, w.expand({x.size(0), w.size(0), w.size(1)}));
+}
+
+at::Tensor matmul_at_bounds(const at::Tensor& a, const at::Tensor& b) {
+  if (b.dim() == 2 && folds_varying(a)) return batched(a, b);
+  return at::native::matmul(a, b);
+}
+
+at::Tensor linear_at_bounds(const at::Tensor& x, const at::Tensor& w,
+                            const std::optional<at::Tensor>& bias) {
+  if (w.dim() != 2 || !folds_varying(x)) return at::native::linear(x, w, bias);
+  at::Tensor y = batched(x, w.t());
+  return bias && bias->defined() ? y + *bias : y;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("matmul", matmul_at_bounds);
+  m.impl("linear", linear_at_bounds);
+}
+
+void warn_per_size(const c10::OperatorHandle& op, const std::string& why) {
+  warn_once_per_op(op, why);
+}
+
+WithoutBounds::WithoutBounds() : was_(g_without_bounds) { g_without_bounds = true; }
+WithoutBounds::~WithoutBounds() { g_without_bounds = was_; }
 
 void set_automatic_bounds(bool on) { g_automatic = on; }
 bool automatic_bounds() { return g_automatic; }

@@ -86,6 +86,21 @@ struct BoundedPlan {
   const engine::TensorView* view(const at::Tensor& t) const;
 };
 
+// Warns, once per operator, that `op` runs at each size of its bounded
+// operands and why.
+void warn_per_size(const c10::OperatorHandle& op, const std::string& why);
+
+// While one lives, calls on this thread run at their operands' own sizes (an
+// op whose lowering turned out not to work at the bounds reruns so).
+class WithoutBounds {
+ public:
+  WithoutBounds();
+  ~WithoutBounds();
+
+ private:
+  bool was_;
+};
+
 // The call's plan, or nullopt when no operand has bounds or when the call
 // runs at its own sizes (with a warning, once per operator, saying why).
 // `real` is the meta kernel's word on the call, `meta_at` runs it on other

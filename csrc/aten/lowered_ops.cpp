@@ -855,6 +855,12 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     raising_data_checks([&] { engine::execute(std::move(call)); });
   } catch (const lower::Unsupported& e) {
     if (gen_lock.owns_lock()) gen_lock.unlock();
+    if (bounded) {  // the op runs again, at its operands' own sizes
+      warn_per_size(op, e.what());
+      WithoutBounds per_size;
+      lowered_kernel(op, stack);
+      return;
+    }
     cpu_fallback(op, stack, e.what());
     return;
   }

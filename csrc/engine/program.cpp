@@ -78,6 +78,18 @@ class KeyWriter {
   std::string& out_;
 };
 
+bool has_bounded_view(const OpCall& call) {
+  for (const CallArg& arg : call.args) {
+    for (const auto& in : arg.inputs) {
+      if (in && in->on_device && in->view.bounded()) return true;
+    }
+  }
+  for (const TensorView& t : call.targets) {
+    if (t.bounded()) return true;
+  }
+  return false;
+}
+
 int slot_index(std::vector<SlotUse>& slots, StorageSlot* slot) {
   for (size_t i = 0; i < slots.size(); ++i) {
     if (slots[i].slot == slot) return static_cast<int>(i);
@@ -317,7 +329,11 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
     ctx.set_rng_state(
         st.param({ElementType::U64, {2}}, {Param::Source::Random, index, 0, ElementType::U64}));
   }
+  const int64_t loops_before = b.loops_and_sorts();
   std::vector<Value> results = call.rule->fn(ctx, lower::Args(std::move(args)));
+  if (b.loops_and_sorts() != loops_before && has_bounded_view(call)) {
+    throw lower::Unsupported("its lowering loops or sorts, which XLA's padder cannot size");
+  }
   if (results.size() != call.targets.size()) {
     throw std::logic_error("lowering of " + call.name + " returned " +
                            std::to_string(results.size()) + " results, expected " +

@@ -146,36 +146,44 @@ Value uncompact(Builder& b, const Value& flat, const Bounds& stored,
                 const std::vector<std::optional<Value>>& size) {
   const Dims& bounds = stored.bounds;
   const auto rank = static_cast<int64_t>(bounds.size());
-  int64_t numel = 1, before_first = 1, varying = 0;
+  int64_t numel = 1, before_first = 1, varying = 0, last = -1;
   for (int64_t d = 0; d < rank; ++d) {
     numel *= bounds[d];
-    if (stored.varies[d] && varying++ == 0) before_first = numel / bounds[d];
+    if (!stored.varies[d]) continue;
+    if (varying++ == 0) before_first = numel / bounds[d];
+    last = d;
   }
   Value all = flat.dim(0) == numel ? flat : b.slice(flat, {0}, {numel}, {1});
   // One varying dimension, after dimensions of size 1: both layouts agree.
   if (varying == 1 && before_first == 1) return all;
-  // Element i of the padded layout is element sum_d min(i_d, size_d - 1) * stride_d
-  // of the compact one, whose strides are products of the sizes. Positions
-  // past a size read a valid element; set_valid_sizes masks them.
+  // The dimensions after the last varying one are a block both layouts share:
+  // block i of the padded layout is block sum_d min(i_d, size_d - 1) * stride_d
+  // (d up to the last varying one) of the compact one, whose strides are
+  // products of the sizes. Positions past a size read a valid block;
+  // set_valid_sizes masks them.
+  int64_t block = 1;
+  for (int64_t d = last + 1; d < rank; ++d) block *= bounds[d];
+  Dims outer(bounds.begin(), bounds.begin() + last + 1);
   ElementType it = index_type(numel);
-  hlo::Shape shape{it, bounds};
+  hlo::Shape shape{it, outer};
   Value index = b.full(shape, 0);
-  Value stride = b.constant(1, it);
-  for (int64_t d = rank - 1; d >= 0; --d) {
+  Value stride = b.constant(static_cast<double>(block), it);
+  for (int64_t d = last; d >= 0; --d) {
     Value coord = b.iota(shape, d);
     Value extent = b.constant(static_cast<double>(bounds[d]), it);
     if (stored.varies[d]) {
       extent = b.convert(*size[d], it);
-      coord = b.min(coord, b.broadcast_in_dim(b.sub(extent, b.constant(1, it)), bounds, {}));
+      coord = b.min(coord, b.broadcast_in_dim(b.sub(extent, b.constant(1, it)), outer, {}));
     }
-    index = b.add(index, b.mul(coord, b.broadcast_in_dim(stride, bounds, {})));
+    index = b.add(index, b.mul(coord, b.broadcast_in_dim(stride, outer, {})));
     stride = b.mul(stride, extent);
   }
-  Dims with_vector = bounds;
+  Dims with_vector = outer;
   with_vector.push_back(1);
-  Value padded =
-      b.gather(all, b.reshape(index, with_vector), hlo::GatherDims{{}, {0}, {0}, rank}, {1});
-  return b.reshape(padded, {numel});
+  const auto n = static_cast<int64_t>(outer.size());
+  Value blocks =
+      b.gather(all, b.reshape(index, with_vector), hlo::GatherDims{{n}, {}, {0}, n}, {block});
+  return b.reshape(blocks, {numel});
 }
 
 Value set_valid_sizes(Builder& b, const Value& value, const TensorView& view,

@@ -843,6 +843,7 @@ std::vector<Value> Builder::sort(const std::vector<Value>& inputs, int64_t dimen
     results.push_back(v.shape);
   }
   std::string text = region(args, comparator);
+  ++loops_and_sorts_;
   return emit("stablehlo.sort", inputs,
               "dimension = " + std::to_string(dimension) +
                   " : i64, is_stable = " + (stable ? "true" : "false"),
@@ -861,6 +862,7 @@ std::vector<Value> Builder::while_loop(const std::vector<Value>& init, const Reg
   for (const Value& v : init) shapes.push_back(v.shape);
   std::string cond_text = region(shapes, cond);
   std::string body_text = region(shapes, body);
+  ++loops_and_sorts_;
   return emit("stablehlo.while", init, "", shapes, {cond_text, body_text});
 }
 

@@ -181,6 +181,9 @@ class Builder {
   // that has such sizes returns its results through static_size().
   Value set_dimension_size(const Value& x, const Value& size, int64_t dimension);
   bool has_dynamic_sizes() const { return dynamic_sizes_; }
+  // Loops and sorts emitted so far: XLA's dynamic padder carries no bounded
+  // size through them.
+  int64_t loops_and_sorts() const { return loops_and_sorts_; }
   // `x` of static size again: a result's valid entries, in order, lead its
   // buffer (XLA's reshapes compact them), followed by padding.
   Value static_size(const Value& x);
@@ -254,6 +257,7 @@ class Builder {
   std::unordered_map<int, Value> broadcast_of_;     // broadcast scalars by result id
   std::unordered_set<int> stored_;                  // products: XLA keeps them in memory
   bool dynamic_sizes_ = false;
+  int64_t loops_and_sorts_ = 0;
   std::string body_;
   std::string functions_;  // called functions, after @main
   std::unordered_set<std::string> function_entries_;
