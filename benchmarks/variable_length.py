@@ -16,6 +16,18 @@ import argparse
 import statistics
 import time
 
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per round (default: 20)")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default: 3)")
+    parser.add_argument("--warmup", type=int, default=30, help="warm-up steps (default: 30)")
+    return parser.parse_args()
+
+
+# --help answers before the imports below, which take seconds.
+ARGS = parse_args() if __name__ == "__main__" else None
+
 import torch
 import torch.nn as nn
 
@@ -109,12 +121,7 @@ def run(name: str, model, opt, data) -> tuple[float, int]:
     return len(data) / seconds, metrics["compiles"] + metrics["persistent_cache_hits"] - before
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=20, help="timed steps per round (default: 20)")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default: 3)")
-    parser.add_argument("--warmup", type=int, default=30, help="warm-up steps (default: 30)")
-    args = parser.parse_args()
+def main(args: argparse.Namespace) -> None:
     torch.manual_seed(0)
     models = {name: Model().to("tpu") for name in VARIANTS}
     for m in list(models.values())[1:]:
@@ -145,4 +152,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

@@ -609,7 +609,8 @@ namespace {
 // keep a varying size (the product would run per size); a batched product keeps
 // them apart. Other calls take the composites.
 bool folds_varying(const at::Tensor& x) {
-  return g_bounds_used && x.dim() == 3 && x.size(0) > 1 && has_bounds(x);
+  // has_bounds first: the sizes of a traced (fake) tensor are not to be read.
+  return g_bounds_used && has_bounds(x) && x.dim() == 3 && x.size(0) > 1;
 }
 
 at::Tensor batched(const at::Tensor& x, const at::Tensor& w) {
