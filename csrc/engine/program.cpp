@@ -200,6 +200,9 @@ struct ProgramBuilder::State {
   std::vector<std::optional<Value>> value;
   std::vector<int> param_of;  // storage -> its parameter, or -1
   std::vector<bool> written;
+  // The storage's current value has static sizes even in a program with
+  // bounded ones (a compacted result).
+  std::vector<bool> static_value;
   std::vector<Param> params;
   int64_t first_random = -1;
   std::vector<int> final_write;  // see mark_outputs; empty: none marked
@@ -252,6 +255,7 @@ ProgramBuilder::ProgramBuilder(std::vector<const StorageSlot*> storages)
   state_->value.resize(n);
   state_->param_of.assign(n, -1);
   state_->written.assign(n, false);
+  state_->static_value.assign(n, false);
 }
 
 ProgramBuilder::~ProgramBuilder() = default;
@@ -351,9 +355,14 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
                              ", expected " + hlo::to_string(hlo::Shape{t.dtype, t.sizes}));
     }
     if (t.bounded()) {
-      // XLA's reshape into the flat storage then puts the valid entries first.
-      value = set_valid_sizes(
+      // The whole storage, its valid entries first (XLA's own compaction, a
+      // reshape of the sized value, is many times slower).
+      int s = op.storage(sig.target_slot[j]);
+      st.value[s] = compact(
           b, value, t, st.stored_sizes(t, Param::Source::TargetSize, index, static_cast<int>(j)));
+      st.static_value[s] = true;
+      st.written[s] = true;
+      continue;
     }
     ViewLayout layout = classify(t);
     if (layout.kind == ViewLayout::Kind::Empty) continue;
@@ -399,7 +408,8 @@ Program ProgramBuilder::finish(const std::string* name, const std::vector<bool>&
     int out = static_cast<int>(outputs.size());
     // Results of a program with bounded dynamic sizes are returned padded, so
     // that their buffers have the static size of their storage.
-    outputs.push_back(st.b.has_dynamic_sizes() ? st.b.static_size(*st.value[s]) : *st.value[s]);
+    const bool sized = st.b.has_dynamic_sizes() && !st.static_value[s];
+    outputs.push_back(sized ? st.b.static_size(*st.value[s]) : *st.value[s]);
     program.output_slots.push_back(static_cast<int>(s));
     int param = st.param_of[s];
     bool donate = param >= 0 && st.b.parameters()[param] == st.value[s]->shape;

@@ -186,6 +186,51 @@ Value uncompact(Builder& b, const Value& flat, const Bounds& stored,
   return b.reshape(blocks, {numel});
 }
 
+Value compact(Builder& b, const Value& value, const TensorView& view,
+              const std::vector<std::optional<Value>>& size) {
+  const Bounds& stored = *view.stored;
+  const Dims& bounds = stored.bounds;
+  const auto rank = static_cast<int64_t>(bounds.size());
+  // The storage's dimensions in order: the view's by decreasing stride.
+  std::vector<int64_t> order(view.sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t c) { return view.strides[a] > view.strides[c]; });
+  Value stored_order = b.transpose(value, order);
+  if (stored_order.dims() != bounds) stored_order = b.reshape(stored_order, bounds);  // sizes 1
+  int64_t numel = 1, last = -1;
+  for (int64_t d = 0; d < rank; ++d) {
+    numel *= bounds[d];
+    if (stored.varies[d]) last = d;
+  }
+  // Block j of the compact layout (the dimensions after the last varying one
+  // make a block) is at the coordinates j spells in the sizes.
+  Dims outer(bounds.begin(), bounds.begin() + last + 1);
+  int64_t blocks = 1;
+  for (int64_t e : outer) blocks *= e;
+  const ElementType it = ElementType::S32;
+  Value j = b.iota({it, {blocks}}, 0);
+  std::vector<Value> coords(outer.size());
+  for (int64_t d = last; d >= 0; --d) {
+    Value extent = stored.varies[d] ? b.broadcast_in_dim(*size[d], {blocks}, {})
+                                    : b.full({it, {blocks}}, static_cast<double>(bounds[d]));
+    Value coord = b.rem(j, extent);
+    j = b.div(j, extent);
+    coords[d] = b.reshape(b.min(coord, b.full({it, {blocks}}, static_cast<double>(bounds[d] - 1))),
+                          {blocks, 1});
+  }
+  const auto n = static_cast<int64_t>(outer.size());
+  Dims offset_dims, slice_sizes(n, 1), collapsed(n);
+  std::iota(collapsed.begin(), collapsed.end(), 0);
+  for (int64_t d = n; d < rank; ++d) {
+    offset_dims.push_back(d - n + 1);
+    slice_sizes.push_back(bounds[d]);
+  }
+  Value gathered = b.gather(stored_order, b.concatenate(coords, 1),
+                            hlo::GatherDims{offset_dims, collapsed, collapsed, 1}, slice_sizes);
+  return b.reshape(gathered, {numel});
+}
+
 Value set_valid_sizes(Builder& b, const Value& value, const TensorView& view,
                       const std::vector<std::optional<Value>>& size) {
   Value v = value;

@@ -47,6 +47,11 @@ Value write_view(Builder& b, const Value& storage, const TensorView& view, const
 // compactly; `size[e]` is the s32 size of varying dimension e.
 Value uncompact(Builder& b, const Value& flat, const Bounds& stored,
                 const std::vector<std::optional<Value>>& size);
+// The flat value of a storage with bounds that bounded view `view` (a dense
+// view of all of it) holds `value`: the valid entries first, in row-major
+// order of the storage's dimensions; `size` as for uncompact.
+Value compact(Builder& b, const Value& value, const TensorView& view,
+              const std::vector<std::optional<Value>>& size);
 // `value` (bounded view `view` at its bounds) with the sizes of its varying
 // dimensions set, so that XLA masks what lies past them.
 Value set_valid_sizes(Builder& b, const Value& value, const TensorView& view,
