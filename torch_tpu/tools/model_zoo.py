@@ -13,6 +13,11 @@ the CPU and on ``tpu`` (``Precision.HIGHEST``):
 Architectures whose CPU reference itself fails with the shrunk config are listed apart and
 not counted: they measure the shrinking, not the backend. Every architecture runs in a worker
 process, so a crash or a hang fails one row, not the run.
+
+``--dynamism`` checks the decoders under bounded dynamism in eager instead: a forward pass
+over each of 8 prompt lengths with the sequence dimension marked up to one bound
+(``torch_tpu.mark_dynamic``), and greedy ``generate()`` from two marked prompt lengths, each
+against the CPU; it counts the programs each further length compiles.
 """
 
 from __future__ import annotations
@@ -59,6 +64,9 @@ SAMPLE = (
 )
 
 BATCH, SEQ, VOCAB, NEW_TOKENS = 2, 8, 1024, 5
+# --dynamism: prompt lengths of the forward passes and of the two generate() calls, all
+# marked dynamic up to DYNAMIC_BOUND.
+DYNAMIC_LENGTHS, DYNAMIC_PROMPTS, DYNAMIC_BOUND = tuple(range(3, 11)), (5, 9), 32
 FORWARD_RTOL, GRAD_RTOL, NORM_FLOOR = 1e-4, 1e-3, 1e-6
 WORKER_TIMEOUT_S = 600
 
@@ -76,6 +84,9 @@ class Result:
     generate_ok: bool | None = None
     tier2: bool = False
     fallbacks: dict[str, int] = field(default_factory=dict)  # ops run on the CPU instead
+    # --dynamism: programs each forward length and each generate() call compiled.
+    length_programs: list[int] = field(default_factory=list)
+    generate_programs: list[int] = field(default_factory=list)
     seconds: float = 0.0
     error: str = ""
     notes: list[str] = field(default_factory=list)
@@ -399,6 +410,92 @@ def _run_architecture(model_type: str, family: str, class_name: str) -> Result:
     return result
 
 
+def _programs() -> int:
+    import torch_tpu
+
+    m = torch_tpu.metrics()
+    return m["compiles"] + m["persistent_cache_hits"]
+
+
+def _marked(t, device="tpu"):
+    import torch_tpu
+
+    t = t.to(device)
+    torch_tpu.mark_dynamic(t, 1, 1, DYNAMIC_BOUND)
+    return t
+
+
+def run_dynamism(model_type: str, family: str, class_name: str) -> Result:
+    """A decoder under bounded dynamism in eager: forward passes over DYNAMIC_LENGTHS and
+    generate() from DYNAMIC_PROMPTS, the sequence marked dynamic, against the CPU."""
+    import torch
+
+    from torch_tpu.precision import precision
+
+    result = Result(model_type, family, class_name)
+    start = time.perf_counter()
+    try:
+        config = shrunk_config(model_type)
+        torch.manual_seed(0)
+        cpu_model = _randomize_zero_matrices(_model_class(class_name)(config).eval())
+        tpu_model = copy.deepcopy(cpu_model)
+        vocab = getattr(_text_config(config), "vocab_size", None) or VOCAB
+        generator = torch.Generator().manual_seed(0)
+        prompts = {
+            n: torch.randint(4, max(5, vocab), (BATCH, n), generator=generator)
+            for n in DYNAMIC_LENGTHS + DYNAMIC_PROMPTS
+        }
+        with torch.no_grad():
+            expected = {
+                n: cpu_model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+                for n, ids in prompts.items()
+                if n in DYNAMIC_LENGTHS
+            }
+    except Exception as e:  # the reference fails: not counted
+        result.error = f"CPU reference: {type(e).__name__}: {_first_line(e)}"
+        result.seconds = time.perf_counter() - start
+        return result
+    result.cpu_ok = True
+    try:
+        tpu_model.to("tpu")
+        worst = 0.0
+        with precision("HIGHEST"), torch.no_grad():
+            for n in DYNAMIC_LENGTHS:
+                ids = prompts[n]
+                before = _programs()
+                logits = tpu_model(
+                    input_ids=_marked(ids), attention_mask=_marked(torch.ones_like(ids))
+                ).logits.cpu()
+                result.length_programs.append(_programs() - before)
+                worst = max(worst, relative_error(logits, expected[n]))
+            result.tier1 = True
+            result.forward_err = worst
+            same = []
+            kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False)
+            for n in DYNAMIC_PROMPTS:
+                ids = prompts[n]
+                want = cpu_model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
+                before = _programs()
+                got = tpu_model.generate(
+                    _marked(ids), attention_mask=_marked(torch.ones_like(ids)), **kwargs
+                )
+                same.append(torch.equal(got.cpu(), want))
+                result.generate_programs.append(_programs() - before)
+        result.generate_ok = all(same)
+        result.tier2 = worst <= FORWARD_RTOL and result.generate_ok
+        if not result.tier2:
+            result.error = "; ".join(
+                [f"outputs differ (rel {worst:.1e})"] * (worst > FORWARD_RTOL)
+                + ["generate() tokens differ"] * (not result.generate_ok)
+            )
+    except Exception as e:
+        result.error = f"{type(e).__name__}: {_first_line(e)}"
+        if os.environ.get("MODEL_ZOO_TRACEBACK"):
+            traceback.print_exc()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
 def _same_generation(cpu_model, tpu_model, inputs, notes: list[str]) -> bool | None:
     """Greedy decoding on both devices gives the same tokens; None when the CPU's fails."""
     import torch
@@ -447,12 +544,13 @@ def worker(names: list[str], outdir: Path) -> None:
     warnings.filterwarnings("ignore")
     transformers.logging.set_verbosity_error()
     table = {name: (name, family, cls) for name, family, cls in architectures()}
+    run = run_dynamism if os.environ.get("MODEL_ZOO_DYNAMISM") else run_architecture
     for name in names:
-        result = run_architecture(*table[name])
+        result = run(*table[name])
         (outdir / f"{name}.json").write_text(json.dumps(asdict(result)))
 
 
-def run_all(entries: list[tuple[str, str, str]], jobs: int) -> list[Result]:
+def run_all(entries: list[tuple[str, str, str]], jobs: int, dynamism: bool = False) -> list[Result]:
     families = {name: family for name, family, _ in entries}
     pending = [name for name, _, _ in entries]
     results: dict[str, Result] = {}
@@ -465,6 +563,8 @@ def run_all(entries: list[tuple[str, str, str]], jobs: int) -> list[Result]:
                 return
             cmd = [sys.executable, "-m", "torch_tpu.tools.model_zoo", "--worker", str(outdir)]
             env = dict(os.environ)
+            if dynamism:
+                env["MODEL_ZOO_DYNAMISM"] = "1"
             if jobs > 1:  # the CPU platform only: each worker holds a device of its own
                 env["TORCH_TPU_LOCK_DIR"] = str(outdir / f"lock{index}")
                 os.makedirs(env["TORCH_TPU_LOCK_DIR"], exist_ok=True)
@@ -510,6 +610,14 @@ def _fmt(x: float | None) -> str:
 
 def _print_row(r: Result) -> None:
     status = "ok" if r.tier2 else ("T1" if r.tier1 else ("skip" if not r.cpu_ok else "FAIL"))
+    if r.length_programs or r.generate_programs:
+        print(
+            f"{r.name:32s} {status:5s} fwd {_fmt(r.forward_err):8s} programs per length "
+            f"{r.length_programs} per generate() {r.generate_programs} "
+            f"{r.seconds:6.1f}s  {r.error[:120]}",
+            flush=True,
+        )
+        return
     print(
         f"{r.name:32s} {r.family:16s} {status:5s} fwd {_fmt(r.forward_err):8s} "
         f"grad {_fmt(r.grad_err):8s} fallbacks {sum(r.fallbacks.values()):3d} "
@@ -536,6 +644,18 @@ def summary(results: list[Result]) -> str:
         f"model zoo: {n} architectures, Tier 1 {t1}/{n} ({pct(t1):.1f}%), "
         f"Tier 2 {t2}/{n} ({pct(t2):.1f}%), {native} with no CPU fallback; "
         f"{len(results) - n} not counted (CPU reference fails)"
+    )
+
+
+def dynamism_summary(results: list[Result]) -> str:
+    counted = [r for r in results if r.cpu_ok]
+    ok = [r for r in counted if r.tier2]
+    quiet = [r for r in ok if sum(r.length_programs[1:]) == 0]
+    return (
+        f"bounded dynamism: {len(ok)}/{len(counted)} decoders give the CPU's outputs over "
+        f"{len(DYNAMIC_LENGTHS)} marked lengths and its generate() tokens from "
+        f"{len(DYNAMIC_PROMPTS)} prompt lengths; {len(quiet)} of them compile nothing after "
+        f"the first length; {len(results) - len(counted)} not counted (CPU reference fails)"
     )
 
 
@@ -584,6 +704,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated model types, e.g. gpt2,t5 (default: all)")
     parser.add_argument("--sample", action="store_true", help="the CI sample only")
     parser.add_argument("--markdown", help="write the table to this file")
+    parser.add_argument(
+        "--dynamism",
+        action="store_true",
+        help="the decoders under bounded dynamism in eager (marked prompt lengths)",
+    )
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -593,12 +718,17 @@ def main(argv: list[str] | None = None) -> int:
     wanted = SAMPLE if args.sample else (args.only.split(",") if args.only else None)
     if wanted:
         entries = [e for e in entries if e[0] in wanted]
+    if args.dynamism:
+        entries = [e for e in entries if e[1] == "decoder"]
     start = time.perf_counter()
     import torch_tpu
 
     cpu_platform = torch_tpu.platform() == "cpu"
     jobs = (args.jobs or os.cpu_count() or 1) if cpu_platform else 1
-    results = run_all(entries, max(1, jobs))
+    results = run_all(entries, max(1, jobs), dynamism=args.dynamism)
+    if args.dynamism:
+        print(dynamism_summary(results))
+        return 0
     print(summary(results))
     if args.markdown:
         Path(args.markdown).write_text(markdown(results, time.perf_counter() - start))
