@@ -139,13 +139,22 @@ std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string*
 
 namespace {
 
+bool is_contiguous(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  int64_t expected = 1;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    if (sizes[d] != 1 && strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
 // The dimensions of a dense tensor in memory order (outermost first), or
 // nullopt when its strides are not a permutation of contiguous ones. Sizes of
 // 1 keep their place.
 std::optional<std::vector<int64_t>> memory_order(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
   std::vector<int64_t> order(sizes.size());
   std::iota(order.begin(), order.end(), 0);
-  if (c10::is_contiguous_strides(sizes, strides)) return order;
+  if (is_contiguous(sizes, strides)) return order;
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return sizes[a] > 1 && sizes[b] > 1 && strides[a] > strides[b];
   });
@@ -171,7 +180,7 @@ engine::Bounds permuted(const engine::Bounds& b, const std::vector<int64_t>& ord
 
 bool dense_at_bounds(c10::IntArrayRef sizes, c10::IntArrayRef strides,
                      const engine::Bounds& bounds) {
-  if (c10::is_contiguous_strides(sizes, strides)) return true;
+  if (is_contiguous(sizes, strides)) return true;
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (bounds.varies[d] && sizes[d] <= 1) return false;  // its place in memory is ambiguous
   }
@@ -389,15 +398,6 @@ std::optional<BoundedPlan::Operand> stretched(const at::Tensor& t,
   }
   if (!any) return std::nullopt;
   return in;
-}
-
-bool is_contiguous(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
-  int64_t expected = 1;
-  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
-    if (sizes[d] != 1 && strides[d] != expected) return false;
-    expected *= sizes[d];
-  }
-  return true;
 }
 
 std::atomic<bool> g_automatic{[] {
