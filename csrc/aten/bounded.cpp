@@ -42,13 +42,11 @@ std::optional<engine::TensorView> refuse(std::string* why, const char* reason) {
   return std::nullopt;
 }
 
-}  // namespace
-
-namespace {
 // Set once a storage gets bounds: until then no call looks for them.
 std::atomic<bool> g_bounds_used{false};
 // Set while a call reruns at its own sizes (WithoutBounds).
 thread_local bool g_without_bounds = false;
+
 }  // namespace
 
 bool has_bounds(const at::Tensor& t) {
