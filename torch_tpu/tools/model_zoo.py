@@ -345,6 +345,16 @@ def _randomize_zero_matrices(model):
     return model
 
 
+def _models(model_type: str, class_name: str):
+    """The shrunk config, the CPU model (seeded random weights) and its copy for tpu."""
+    import torch
+
+    config = shrunk_config(model_type)
+    torch.manual_seed(0)
+    cpu_model = _randomize_zero_matrices(_model_class(class_name)(config).eval())
+    return config, cpu_model, copy.deepcopy(cpu_model)
+
+
 def _step(model, inputs):
     out = model(**inputs)
     loss = out.loss if getattr(out, "loss", None) is not None else out[0].float().pow(2).mean()
@@ -368,11 +378,8 @@ def _run_architecture(model_type: str, family: str, class_name: str) -> Result:
     result = Result(model_type, family, class_name)
     start = time.perf_counter()
     try:
-        config = shrunk_config(model_type)
-        torch.manual_seed(0)
-        cpu_model = _randomize_zero_matrices(_model_class(class_name)(config).eval())
+        config, cpu_model, tpu_model = _models(model_type, class_name)
         inputs = make_inputs(family, cpu_model, config, torch.Generator().manual_seed(0))
-        tpu_model = copy.deepcopy(cpu_model)
         cpu_out, cpu_loss, cpu_grads = _step(cpu_model, inputs)
     except Exception as e:  # the reference fails: not counted
         result.error = f"CPU reference: {type(e).__name__}: {_first_line(e)}"
@@ -435,10 +442,7 @@ def run_dynamism(model_type: str, family: str, class_name: str) -> Result:
     result = Result(model_type, family, class_name)
     start = time.perf_counter()
     try:
-        config = shrunk_config(model_type)
-        torch.manual_seed(0)
-        cpu_model = _randomize_zero_matrices(_model_class(class_name)(config).eval())
-        tpu_model = copy.deepcopy(cpu_model)
+        config, cpu_model, tpu_model = _models(model_type, class_name)
         vocab = getattr(_text_config(config), "vocab_size", None) or VOCAB
         generator = torch.Generator().manual_seed(0)
         prompts = {
