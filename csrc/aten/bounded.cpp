@@ -13,6 +13,7 @@
 
 #include "aten/allocator.h"
 #include "aten/tensor_bridge.h"
+#include "aten/tensor_lists.h"
 #include "engine/captured_graph.h"
 #include "engine/deferred.h"
 #include "engine/storage_ops.h"
@@ -340,25 +341,6 @@ void warn_once_per_op(const c10::OperatorHandle& op, const std::string& why) {
              why, "): it compiles a program per size");
 }
 
-c10::IValue map_tensors(const c10::IValue& v,
-                        const std::function<at::Tensor(const at::Tensor&)>& fn) {
-  if (v.isTensor()) return fn(v.toTensor());
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorList()) out.push_back(fn(t));
-    return out;
-  }
-  if (v.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> out;
-    for (const auto& item : v.toOptionalTensorList()) {
-      std::optional<at::Tensor> t = item;
-      out.push_back(t ? std::optional<at::Tensor>(fn(*t)) : std::nullopt);
-    }
-    return out;
-  }
-  return v;
-}
-
 // A tensor over `t`'s storage with the sizes of operand `in` at the bounds
 // (each varying one less by `shrink`): what the meta kernel sees.
 at::Tensor at_bounds(const at::Tensor& t, const BoundedPlan::Operand& in, int64_t shrink) {
@@ -502,8 +484,8 @@ std::optional<BoundedPlan> plan_bounded(
   std::string why;
   bool any = false, readable = true;
   for (const c10::IValue& v : args) {
-    map_tensors(v, [&](const at::Tensor& t) {
-      if (!t.defined() || !has_bounds(t)) return t;
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined() || !has_bounds(t)) return;
       any = true;
       std::optional<engine::TensorView> view = bounded_view(t, &why);
       if (view) {
@@ -513,7 +495,6 @@ std::optional<BoundedPlan> plan_bounded(
       } else {
         readable = false;
       }
-      return t;
     });
   }
   if (!any) {
@@ -539,10 +520,9 @@ std::optional<BoundedPlan> plan_bounded(
   }
   const std::vector<BoundedPlan::Operand> bounded = plan.inputs;
   for (const c10::IValue& v : args) {
-    map_tensors(v, [&](const at::Tensor& t) {
-      if (!t.defined() || plan.view(t)) return t;
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined() || plan.view(t)) return;
       if (auto in = stretched(t, bounded)) plan.inputs.push_back(std::move(*in));
-      return t;
     });
   }
   auto meta_with = [&](int64_t shrink) {
@@ -562,11 +542,10 @@ std::optional<BoundedPlan> plan_bounded(
   if (!bound || !below) return per_size("its operands do not fit together at the bounds");
   for (size_t w : written) {
     bool whole = true;
-    map_tensors(args[w], [&](const at::Tensor& t) {
+    for_each_tensor(args[w], [&](const at::Tensor& t) {
       const engine::TensorView* view = plan.view(t);
       whole &= view && view->offset == 0 && view->sizes == view->stored->bounds &&
                view->strides == engine::contiguous_strides(view->sizes);
-      return t;
     });
     if (!whole) return per_size("it writes a tensor that is not all of a bounded one");
   }

@@ -19,6 +19,7 @@
 #include "aten/memory_overlap.h"
 #include "aten/meta_errors.h"
 #include "aten/tensor_bridge.h"
+#include "aten/tensor_lists.h"
 #include "engine/deferred.h"
 #include "engine/executor.h"
 
@@ -303,19 +304,8 @@ struct MetaConverter {
   }
 
   c10::IValue convert(const c10::IValue& v) {
-    if (v.isTensor()) return convert(v.toTensor());
-    if (v.isTensorList()) {
-      c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList()) out.push_back(convert(t));
-      return out;
-    }
-    if (v.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> out;
-      for (const auto& item : v.toOptionalTensorList()) {
-        std::optional<at::Tensor> t = item;
-        out.push_back(t ? std::optional<at::Tensor>(convert(*t)) : std::nullopt);
-      }
-      return out;
+    if (v.isTensor() || v.isTensorList() || v.isOptionalTensorList()) {
+      return map_tensors(v, [this](const at::Tensor& t) { return convert(t); });
     }
     // Factories (tril_indices, kaiser_window, ...) name the device: on tpu they
     // would allocate, and their meta kernels run real programs.
@@ -325,19 +315,6 @@ struct MetaConverter {
     return v;
   }
 };
-
-void for_each_tensor(const c10::IValue& v, const std::function<void(const at::Tensor&)>& fn) {
-  if (v.isTensor()) {
-    fn(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) fn(t);
-  } else if (v.isOptionalTensorList()) {
-    for (const auto& item : v.toOptionalTensorList()) {
-      std::optional<at::Tensor> t = item;
-      if (t) fn(*t);
-    }
-  }
-}
 
 // The values of a lazily conjugated or negated tensor, computed by lowered ops
 // on its raw values (resolve_conj would dispatch back here).

@@ -1,0 +1,46 @@
+// The tensors of a dispatcher argument: a tensor, a tensor list or a list of
+// optional tensors (undefined and absent ones skipped by for_each_tensor).
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include "aten/torch_headers.h"
+
+namespace torch_tpu::aten {
+
+inline void for_each_tensor(const c10::IValue& v,
+                            const std::function<void(const at::Tensor&)>& fn) {
+  if (v.isTensor()) {
+    fn(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) fn(t);
+  } else if (v.isOptionalTensorList()) {
+    for (const auto& item : v.toOptionalTensorList()) {
+      std::optional<at::Tensor> t = item;
+      if (t) fn(*t);
+    }
+  }
+}
+
+// `v` with each of its tensors replaced by fn's (other values as they are).
+inline c10::IValue map_tensors(const c10::IValue& v,
+                               const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  if (v.isTensor()) return fn(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(fn(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const auto& item : v.toOptionalTensorList()) {
+      std::optional<at::Tensor> t = item;
+      out.push_back(t ? std::optional<at::Tensor>(fn(*t)) : std::nullopt);
+    }
+    return out;
+  }
+  return v;
+}
+
+}  // namespace torch_tpu::aten
