@@ -55,7 +55,13 @@ bool has_bounds(const at::Tensor& t) {
   return slot && slot->bounds;
 }
 
-std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string* why) {
+namespace {
+
+// `t` as a view of its storage's padded layout, read at the bounds; nullopt
+// (with the reason in `why`) when `t` cannot be read so: a view that merges,
+// splits or slices a varying dimension, or one whose dimensions are ambiguous
+// because a varying size is 0 or 1.
+std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string* why = nullptr) {
   engine::StorageSlot* slot = whole_slot(t);
   if (!slot || !slot->bounds) return refuse(why, "its storage has no bounds");
   const engine::Bounds& stored = *slot->bounds;
@@ -136,8 +142,6 @@ std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string*
   return v;
 }
 
-namespace {
-
 bool is_contiguous(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
   int64_t expected = 1;
   for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
@@ -175,8 +179,8 @@ engine::Bounds permuted(const engine::Bounds& b, const std::vector<int64_t>& ord
   return out;
 }
 
-}  // namespace
-
+// Whether a result of this layout can hold bounded sizes: dense (a permutation
+// of a contiguous layout) with each varying size's place in memory clear.
 bool dense_at_bounds(c10::IntArrayRef sizes, c10::IntArrayRef strides,
                      const engine::Bounds& bounds) {
   if (is_contiguous(sizes, strides)) return true;
@@ -185,6 +189,8 @@ bool dense_at_bounds(c10::IntArrayRef sizes, c10::IntArrayRef strides,
   }
   return memory_order(sizes, strides).has_value();
 }
+
+}  // namespace
 
 at::Tensor empty_bounded(c10::IntArrayRef sizes, c10::IntArrayRef strides,
                          const engine::Bounds& bounds, at::ScalarType dtype,
@@ -279,6 +285,15 @@ const engine::TensorView* BoundedPlan::view(const at::Tensor& t) const {
   return nullptr;
 }
 
+void warn_per_size(const c10::OperatorHandle& op, const std::string& why) {
+  static std::mutex mutex;
+  static auto* warned = new std::unordered_set<std::string>();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!warned->insert(op.schema().name()).second) return;
+  TORCH_WARN(op.schema().name(), " runs at each size of its operands of bounded varying size (",
+             why, "): it compiles a program per size");
+}
+
 namespace {
 
 // Operators whose results at the bounds hold their results at the sizes as
@@ -330,15 +345,6 @@ bool keeps_valid_entries(const c10::OperatorHandle& op) {
       "aten::_unsafe_view",
   };
   return op.hasTag(at::Tag::pointwise) || names.count(op.schema().name()) > 0;
-}
-
-void warn_once_per_op(const c10::OperatorHandle& op, const std::string& why) {
-  static std::mutex mutex;
-  static auto* warned = new std::unordered_set<std::string>();
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!warned->insert(op.schema().name()).second) return;
-  TORCH_WARN(op.schema().name(), " runs at each size of its operands of bounded varying size (",
-             why, "): it compiles a program per size");
 }
 
 // A tensor over `t`'s storage with the sizes of operand `in` at the bounds
@@ -502,7 +508,7 @@ std::optional<BoundedPlan> plan_bounded(
     return std::nullopt;
   }
   auto per_size = [&](const std::string& reason) -> std::optional<BoundedPlan> {
-    warn_once_per_op(op, reason);
+    warn_per_size(op, reason);
     return std::nullopt;
   };
   if (!readable) return per_size(why);
@@ -611,10 +617,6 @@ at::Tensor linear_at_bounds(const at::Tensor& x, const at::Tensor& w,
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("matmul", matmul_at_bounds);
   m.impl("linear", linear_at_bounds);
-}
-
-void warn_per_size(const c10::OperatorHandle& op, const std::string& why) {
-  warn_once_per_op(op, why);
 }
 
 WithoutBounds::WithoutBounds() : was_(g_without_bounds) { g_without_bounds = true; }

@@ -17,17 +17,6 @@ namespace torch_tpu::aten {
 // Whether `t`'s storage holds a tensor of bounded varying sizes.
 bool has_bounds(const at::Tensor& t);
 
-// `t` as a view of its storage's padded layout, read at the bounds; nullopt
-// (with the reason in `why`) when `t` cannot be read so: a view that merges,
-// splits or slices a varying dimension, or one whose dimensions are ambiguous
-// because a varying size is 0 or 1.
-std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string* why = nullptr);
-
-// Whether a result of this layout can hold bounded sizes: dense (a permutation
-// of a contiguous layout) with each varying size's place in memory clear.
-bool dense_at_bounds(c10::IntArrayRef sizes, c10::IntArrayRef strides,
-                     const engine::Bounds& bounds);
-
 // A dense tensor of `sizes` and `strides` whose storage holds the elements of
 // `bounds` (given in the tensor's dimension order) and records them: the
 // result of an op computed at the bounds.
