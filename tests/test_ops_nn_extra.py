@@ -287,6 +287,19 @@ def test_multilabel_margin_loss_one_sample(shape, reduction):
     )
 
 
+@pytest.mark.parametrize("target", [torch.tensor(1), torch.tensor([1])], ids=["0-d", "1-d"])
+@pytest.mark.parametrize("shape", [(3,), (1, 3)], ids=["1-d", "2-d"])
+def test_multi_margin_loss_one_sample(shape, target):
+    # The unreduced loss takes the target's shape, as on the CPU (PyTorch's meta kernel
+    # says [1] for a 0-d target).
+    run(
+        lambda a, t: F.multi_margin_loss(a, t, reduction="none"),
+        randn(*shape, dtype=torch.float64),
+        target,
+        grad=[0],
+    )
+
+
 # ---------------------------------------------------------------- segment_reduce
 
 REDUCTIONS = ["sum", "mean", "max", "min", "prod"]

@@ -7,6 +7,7 @@
 #include "aten/lowered_ops.h"
 
 #include <ATen/native/Resize.h>
+#include <c10/util/strides.h>
 
 #include <unordered_map>
 
@@ -531,6 +532,20 @@ class MetaDeterminism {
   bool on_, warn_only_;
 };
 
+const c10::OperatorName multi_margin_loss{"aten::multi_margin_loss", ""};
+
+// Where PyTorch's meta kernel shapes a result otherwise than the CPU's kernel:
+// its decomposition of multi_margin_loss gives the unreduced loss of one sample
+// the shape [1] (atleast_2d's batch), the CPU's kernel the target's shape.
+void reshape_as_cpu(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                    MetaResult& result) {
+  if (op.operator_name() != multi_margin_loss || args[5].toInt() != at::Reduction::None) return;
+  std::optional<TensorMeta>& loss = result.returns[0][0];
+  loss->sizes = args[1].toTensor().sizes().vec();
+  c10::DimVector strides = c10::contiguous_strides(loss->sizes);
+  loss->strides.assign(strides.begin(), strides.end());
+}
+
 std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHandle& op,
                                    c10::ArrayRef<c10::IValue> args) {
   MetaConverter meta;
@@ -558,6 +573,7 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
     result.returns.push_back(tensor_metas(r));
   }
   for (const c10::IValue& v : mutated) result.mutated_sizes.push_back(sizes_of(v));
+  reshape_as_cpu(op, args, result);
   return result;
 }
 
