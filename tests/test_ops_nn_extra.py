@@ -233,15 +233,6 @@ def test_multi_margin_loss(p, margin, reduction):
     )
 
 
-def test_multi_margin_loss_one_sample():
-    run(
-        lambda a, t: F.multi_margin_loss(a, t),
-        randn(6, dtype=torch.float64),
-        torch.tensor(2),
-        grad=[0],
-    )
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_margin_losses_half(dtype):
     """The CPU has no half kernels (CUDA has): compared with float32 on the CPU."""
@@ -287,13 +278,14 @@ def test_multilabel_margin_loss_one_sample(shape, reduction):
     )
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean"])
 @pytest.mark.parametrize("target", [torch.tensor(1), torch.tensor([1])], ids=["0-d", "1-d"])
 @pytest.mark.parametrize("shape", [(3,), (1, 3)], ids=["1-d", "2-d"])
-def test_multi_margin_loss_one_sample(shape, target):
+def test_multi_margin_loss_one_sample(shape, target, reduction):
     # The unreduced loss takes the target's shape, as on the CPU (PyTorch's meta kernel
     # says [1] for a 0-d target).
     run(
-        lambda a, t: F.multi_margin_loss(a, t, reduction="none"),
+        lambda a, t: F.multi_margin_loss(a, t, reduction=reduction),
         randn(*shape, dtype=torch.float64),
         target,
         grad=[0],
