@@ -3,6 +3,9 @@ unreadable entries are ignored and replaced."""
 
 import tempfile
 
+import pytest
+import torch
+
 from tests.test_device import run_python
 
 SCRIPT = """
@@ -148,3 +151,51 @@ def test_processes_exit_cleanly_right_after_a_compiled_backward(tmp_path):
     called without an active exception") until torch_tpu let it finish first (atexit)."""
     for run in range(4):
         run_with_caches(CONSTANT_SCRIPT, tmp_path / str(run))  # exit status 0
+
+
+# ---------------------------------------------------------------- fast compilation
+
+FAST_SCRIPT = """
+import torch, torch_tpu
+def compiled(fn):
+    before = torch_tpu.metrics()
+    fn()
+    after = torch_tpu.metrics()
+    return after["compiles"] - before["compiles"], after["fast_compiles"] - before["fast_compiles"]
+small = torch.linspace(-3, 3, 4096, dtype=torch.float64, device="tpu")
+large = torch.linspace(-3, 3, 4097, dtype=torch.float64, device="tpu")
+m = torch.linspace(-1, 1, 64, dtype=torch.float64, device="tpu").reshape(8, 8)
+print("SMALL", *compiled(lambda: small.sinh().cpu()))
+print("LARGE", *compiled(lambda: large.sinh().cpu()))
+print("PRODUCT", *compiled(lambda: (m @ m).cpu()))
+print("VALUE", repr(small.sinh().sum().item()), repr(large.sinh().sum().item()))
+"""
+
+
+def fast_run(cache_dir, **env):
+    out = run_python(
+        FAST_SCRIPT,
+        TORCH_TPU_CACHE_DIR=str(cache_dir),
+        TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="compile_cache_"),
+        **env,
+    )
+    assert out.returncode == 0, out.stderr
+    return dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+
+
+def test_small_linear_programs_compile_fast(tmp_path):
+    """Programs of at most 4,096 elements per value and linear work compile at XLA's
+    optimisation level 0; larger ones, and products, optimised. Results match the CPU."""
+    lines = fast_run(tmp_path)
+    assert lines["SMALL"] == "1 1"
+    assert lines["LARGE"] == "1 0"
+    assert lines["PRODUCT"] == "1 0"
+    small, large = (float(v) for v in lines["VALUE"].split())
+    expect = [
+        torch.linspace(-3, 3, n, dtype=torch.float64).sinh().sum().item() for n in (4096, 4097)
+    ]
+    assert small == pytest.approx(expect[0], rel=1e-12, abs=1e-9)
+    assert large == pytest.approx(expect[1], rel=1e-12, abs=1e-9)
+    # TORCH_TPU_FAST_COMPILE=0 compiles everything optimised.
+    off = fast_run(tmp_path / "off", TORCH_TPU_FAST_COMPILE="0")
+    assert off["SMALL"] == "1 0"

@@ -5,7 +5,8 @@ at float32 (under Precision.HIGHEST, from conftest) and at one dtype of each oth
 the entry lists, plus the gradients of differentiable entries at float32; see
 ``torch_tpu.tools.opinfo_runner``. Entries whose ATen operator has a native lowering
 must also run with no CPU fallback. Known failures are listed, with their reasons, in
-``opinfo_runner.KNOWN_FAILURES`` (xfail, strict: a fix shows up as XPASS).
+``opinfo_runner.KNOWN_FAILURES`` (xfail, strict: a fix shows up as XPASS; not strict for
+the few a random draw decides, ``opinfo_runner.UNDECIDED``).
 """
 
 import pytest
@@ -23,7 +24,8 @@ def _cases():
             marks = []
             reason = opinfo_runner.known_failure(name, dtype)
             if reason:
-                marks.append(pytest.mark.xfail(reason=reason, strict=True))
+                strict = not opinfo_runner.undecided(name, dtype)
+                marks.append(pytest.mark.xfail(reason=reason, strict=strict))
             yield pytest.param(op, dtype, id=f"{name}-{str(dtype)[6:]}", marks=marks)
 
 

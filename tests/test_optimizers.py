@@ -373,7 +373,9 @@ def test_lbfgs_matches_cpu(kwargs, dtype):
     cpu_params, cpu_opt, cpu_losses = _train_lbfgs("cpu", 3, dtype, **kwargs)
     # In float64 the two follow the same path to rounding; in float32 the
     # Rosenbrock valley amplifies the rounding of the gradients a little.
-    tol = dict(rtol=1e-9, atol=1e-9) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-4)
+    # In float32 the history amplifies rounding: the CPU's own float32 run is 3.3e-4 (relative)
+    # from its float64 run with history_size=3.
+    tol = dict(rtol=1e-9, atol=1e-9) if dtype == torch.float64 else dict(rtol=1e-3, atol=1e-3)
     tpu_state = tpu_opt.state[tpu_opt._params[0]]
     cpu_state = cpu_opt.state[cpu_opt._params[0]]
     assert tpu_state["func_evals"] == cpu_state["func_evals"]

@@ -358,7 +358,9 @@ def test_many_layouts_of_one_op_share_its_dense_program():
             s = laid_out[p_self][0].clone(memory_format=torch.preserve_format)
             s.addcmul_(laid_out[p_x][1], laid_out[p_y][2], value=0.5)
             assert s.stride() == laid_out[p_self][0].stride()
-            assert torch.equal(s.cpu(), expected), (p_self, p_x, p_y)
+            # Within rounding: the CPU's addcmul is a fused multiply-add, XLA's one
+            # where its optimisation level forms it (small programs compile at level 0).
+            torch.testing.assert_close(s.cpu(), expected, msg=str((p_self, p_x, p_y)))
     programs = torch_tpu.metrics()["cache_misses"] - before
     # 216 layouts compiled a program each; now: 8 of them, the dense one, the copies in and
     # out of each layout and the clones.

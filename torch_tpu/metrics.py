@@ -20,7 +20,10 @@ def metrics_report() -> str:
     hit_rate = 100.0 * m["cache_hits"] / lookups if lookups else 0.0
     lines = [
         "torch_tpu metrics",
-        f"  compiles:           {m['compiles']} ({m['compile_seconds']:.2f} s)",
+        (
+            f"  compiles:           {m['compiles']} ({m['compile_seconds']:.2f} s;"
+            f" {m['fast_compiles']} for fast compilation)"
+        ),
         (
             f"  program cache:      {m['cache_hits']} hits, {m['cache_misses']} misses"
             f" ({hit_rate:.1f}% hits)"

@@ -48,7 +48,8 @@ class Backend {
   void check_device(int device) const;
 
   // Compiles MLIR text, counting compiles and compile time; finds it in the
-  // persistent cache when an earlier process compiled it.
+  // persistent cache when an earlier process compiled it. `fast`: for fast
+  // compilation rather than fast execution (XLA's optimisation level 0).
   // `name`: what the program is (for profilers), e.g. its op.
   std::shared_ptr<runtime::Executable> compile(const std::string& mlir, bool fast,
                                                const std::string& name);
@@ -114,6 +115,7 @@ class Backend {
   std::vector<bool> check_code_unread_;
   std::map<std::string, runtime::BufferPtr> scalars_;
   std::string fast_options_, full_options_;
+  bool fast_compile_ = true;  // TORCH_TPU_FAST_COMPILE
   std::unique_ptr<CompileCache> disk_cache_;
   bool serializable_ = true;  // the plugin can serialize executables
   std::recursive_mutex mutex_;

@@ -13,6 +13,8 @@ namespace torch_tpu::engine {
 struct Metrics {
   std::atomic<int64_t> compiles{0};
   std::atomic<int64_t> compile_nanos{0};
+  // Of the compiles, those for fast compilation (Backend::compile).
+  std::atomic<int64_t> fast_compiles{0};
   // Programs loaded from the persistent cache instead of compiled.
   std::atomic<int64_t> persistent_cache_hits{0};
   std::atomic<int64_t> cache_hits{0};

@@ -20,7 +20,7 @@ std::shared_ptr<runtime::Executable> cached(const std::string& key,
                                             const std::function<std::string()>& text) {
   static auto* programs = new std::map<std::string, std::shared_ptr<runtime::Executable>>();
   auto& exe = (*programs)[key];
-  if (!exe) exe = Backend::get().compile(text(), /*fast=*/true, key);
+  if (!exe) exe = Backend::get().compile(text(), /*fast=*/false, key);
   return exe;
 }
 

@@ -144,6 +144,7 @@ std::string padding_attr(const std::vector<std::pair<int64_t, int64_t>>& p) {
 
 Value Builder::parameter(const Shape& shape) {
   params_.push_back(shape);
+  largest_value_ = std::max(largest_value_, shape.numel());
   Value v;
   v.id = -static_cast<int>(params_.size());
   v.shape = shape;
@@ -180,9 +181,31 @@ std::vector<Value> Builder::call(const std::string& entry, const std::string& fu
 
 // ------------------------------------------------------------------ emission
 
+namespace {
+
+// Ops whose work grows faster than their operands and results.
+bool superlinear(const std::string& op) {
+  static const std::unordered_set<std::string> ops = {"stablehlo.while",
+                                                      "stablehlo.sort",
+                                                      "stablehlo.dot_general",
+                                                      "stablehlo.convolution",
+                                                      "stablehlo.reduce_window",
+                                                      "stablehlo.select_and_scatter",
+                                                      "stablehlo.fft",
+                                                      "stablehlo.custom_call",
+                                                      "stablehlo.triangular_solve",
+                                                      "stablehlo.cholesky",
+                                                      "func.call"};
+  return ops.count(op) > 0;
+}
+
+}  // namespace
+
 std::vector<Value> Builder::emit(const std::string& op, const std::vector<Value>& operands,
                                  const std::string& attributes, const std::vector<Shape>& results,
                                  const std::vector<std::string>& regions) {
+  superlinear_ops_ = superlinear_ops_ || superlinear(op);
+  for (const Shape& r : results) largest_value_ = std::max(largest_value_, r.numel());
   int id = next_id_++;
   std::string line(indent_, ' ');
   line += "%v" + std::to_string(id);

@@ -184,6 +184,12 @@ class Builder {
   // Loops and sorts emitted so far: XLA's dynamic padder carries no bounded
   // size through them.
   int64_t loops_and_sorts() const { return loops_and_sorts_; }
+  // What the program's execution costs at most, to choose how hard XLA
+  // optimises it: the elements of its largest value (parameters included),
+  // and whether it has ops whose work grows faster than their values (loops,
+  // sorts, products, convolutions, windows, FFTs, calls into libraries).
+  int64_t largest_value() const { return largest_value_; }
+  bool has_superlinear_ops() const { return superlinear_ops_; }
   // `x` of static size again: a result's valid entries, in order, lead its
   // buffer (XLA's reshapes compact them), followed by padding.
   Value static_size(const Value& x);
@@ -258,6 +264,8 @@ class Builder {
   std::unordered_set<int> stored_;                  // products: XLA keeps them in memory
   bool dynamic_sizes_ = false;
   int64_t loops_and_sorts_ = 0;
+  int64_t largest_value_ = 0;
+  bool superlinear_ops_ = false;
   std::string body_;
   std::string functions_;  // called functions, after @main
   std::unordered_set<std::string> function_entries_;

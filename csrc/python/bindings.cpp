@@ -38,6 +38,7 @@ py::dict metrics() {
   py::dict d;
   d["compiles"] = m.compiles.load();
   d["compile_seconds"] = m.compile_nanos.load() / 1e9;
+  d["fast_compiles"] = m.fast_compiles.load();
   d["cache_hits"] = m.cache_hits.load();
   d["persistent_cache_hits"] = m.persistent_cache_hits.load();
   d["cache_misses"] = m.cache_misses.load();

@@ -73,8 +73,24 @@ KNOWN_FAILURES: dict[str, str] = {
 }
 
 
+# Known failures whose outcome a random draw decides: they may pass.
+UNDECIDED = {"svd_lowrank:float32", "pca_lowrank:float32"}
+
+# Tolerances wider than the OpInfo's, with the error measured.
+TOLERANCES_WIDENED: dict[str, dict[str, float]] = {
+    # The gradient through eigh amplifies a last-bit difference of the elementwise work
+    # (fused multiply-adds, or not, at XLA's optimisation level): 1.5e-5 relative
+    # measured on one of 25 entries.
+    "linalg.pinv.hermitian:float32": dict(atol=1e-5, rtol=5e-5),
+}
+
+
 def known_failure(entry: str, dtype: torch.dtype) -> str | None:
     return KNOWN_FAILURES.get(f"{entry}:{str(dtype)[6:]}") or KNOWN_FAILURES.get(entry)
+
+
+def undecided(entry: str, dtype: torch.dtype) -> bool:
+    return f"{entry}:{str(dtype)[6:]}" in UNDECIDED
 
 
 @dataclasses.dataclass
@@ -425,6 +441,9 @@ def _run_entry(op, dtype, max_samples, check_grad) -> Result:
         return Result("skip", f"no samples: {type(err).__name__}: {err}")
     fallbacks: set[str] = set()
     tolerance = opinfo_tolerance(op, dtype)
+    widened = TOLERANCES_WIDENED.get(f"{entry_name(op)}:{str(dtype)[6:]}")
+    if widened:
+        tolerance = {k: max(v, (tolerance or {}).get(k, 0.0)) for k, v in widened.items()}
     compared = random = 0
     for index, sample in enumerate(samples):
         cpu_sample = _to(sample, "cpu")
