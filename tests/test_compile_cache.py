@@ -162,9 +162,10 @@ def compiled(fn):
     fn()
     after = torch_tpu.metrics()
     return after["compiles"] - before["compiles"], after["fast_compiles"] - before["fast_compiles"]
-small = torch.linspace(-3, 3, 4096, dtype=torch.float64, device="tpu")
-large = torch.linspace(-3, 3, 4097, dtype=torch.float64, device="tpu")
-m = torch.linspace(-1, 1, 64, dtype=torch.float64, device="tpu").reshape(8, 8)
+# Uploaded, so that each measured program holds one op in every eager mode.
+small = torch.linspace(-3, 3, 4096, dtype=torch.float64).to("tpu")
+large = torch.linspace(-3, 3, 4097, dtype=torch.float64).to("tpu")
+m = torch.linspace(-1, 1, 64, dtype=torch.float64).reshape(8, 8).to("tpu")
 print("SMALL", *compiled(lambda: small.sinh().cpu()))
 print("LARGE", *compiled(lambda: large.sinh().cpu()))
 print("PRODUCT", *compiled(lambda: (m @ m).cpu()))
