@@ -15,7 +15,8 @@ namespace torch_tpu::engine {
 
 namespace {
 
-// Cached programs of the storage ops, by their shape signature.
+// Cached programs of the storage ops, by their shape signature. Compiled
+// optimised: they copy whole storages, and are rare.
 std::shared_ptr<runtime::Executable> cached(const std::string& key,
                                             const std::function<std::string()>& text) {
   static auto* programs = new std::map<std::string, std::shared_ptr<runtime::Executable>>();
