@@ -29,17 +29,26 @@ Value with_signs_of(Builder& b, const Value& r, const Value& z) {
 Value complex_divide(Builder& b, const Value& x, const Value& y) {
   Value a = b.real(x), bi = b.imag(x), c = b.real(y), d = b.imag(y);
   Value abs_c = b.abs(c), abs_d = b.abs(d);
-  Value one = full_like(b, c, 1);
+  // c10's Smith division scales by 1 / denominator. Where that is subnormal
+  // (a denominator from 2^126 in float32), which XLA flushes to zero, the
+  // parts are divided by the denominator instead, as the CPU's subnormal
+  // reciprocal nearly gives.
+  const double huge = c.type() == ElementType::F64 ? std::ldexp(1.0, 1022) : std::ldexp(1.0, 126);
+  auto scaled = [&](const Value& numerator, const Value& denominator) {
+    Value reciprocal = b.div(full_like(b, denominator, 1), denominator);
+    Value normal = b.compare(b.abs(denominator), full_like(b, denominator, huge), Comparison::LT);
+    return b.select(normal, b.mul(numerator, reciprocal), b.div(numerator, denominator));
+  };
   // |c| >= |d|: divide through by c.
   Value rat = b.div(d, c);
-  Value scl = b.div(one, b.add(c, b.mul(d, rat)));
-  Value re = b.mul(b.add(a, b.mul(bi, rat)), scl);
-  Value im = b.mul(b.sub(bi, b.mul(a, rat)), scl);
+  Value den = b.add(c, b.mul(d, rat));
+  Value re = scaled(b.add(a, b.mul(bi, rat)), den);
+  Value im = scaled(b.sub(bi, b.mul(a, rat)), den);
   // Otherwise by d.
   Value rat_d = b.div(c, d);
-  Value scl_d = b.div(one, b.add(d, b.mul(c, rat_d)));
-  Value re_d = b.mul(b.add(b.mul(a, rat_d), bi), scl_d);
-  Value im_d = b.mul(b.sub(b.mul(bi, rat_d), a), scl_d);
+  Value den_d = b.add(d, b.mul(c, rat_d));
+  Value re_d = scaled(b.add(b.mul(a, rat_d), bi), den_d);
+  Value im_d = scaled(b.sub(b.mul(bi, rat_d), a), den_d);
   // A zero divisor gives a complex infinity or NaN.
   Value zero = b.and_(eq(b, c, 0), eq(b, d, 0));
   Value c_major = b.compare(abs_c, abs_d, Comparison::GE);
