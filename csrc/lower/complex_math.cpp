@@ -34,21 +34,23 @@ Value complex_divide(Builder& b, const Value& x, const Value& y) {
   // parts are divided by the denominator instead, as the CPU's subnormal
   // reciprocal nearly gives.
   const double huge = c.type() == ElementType::F64 ? std::ldexp(1.0, 1022) : std::ldexp(1.0, 126);
-  auto scaled = [&](const Value& numerator, const Value& denominator) {
-    Value reciprocal = b.div(full_like(b, denominator, 1), denominator);
-    Value normal = b.compare(b.abs(denominator), full_like(b, denominator, huge), Comparison::LT);
-    return b.select(normal, b.mul(numerator, reciprocal), b.div(numerator, denominator));
+  // Both parts over `den`: (real, imaginary) numerators.
+  auto divide = [&](const Value& real, const Value& imag, const Value& den) {
+    Value reciprocal = b.div(full_like(b, den, 1), den);
+    Value normal = b.compare(b.abs(den), full_like(b, den, huge), Comparison::LT);
+    auto part = [&](const Value& n) {
+      return b.select(normal, b.mul(n, reciprocal), b.div(n, den));
+    };
+    return std::make_pair(part(real), part(imag));
   };
   // |c| >= |d|: divide through by c.
   Value rat = b.div(d, c);
-  Value den = b.add(c, b.mul(d, rat));
-  Value re = scaled(b.add(a, b.mul(bi, rat)), den);
-  Value im = scaled(b.sub(bi, b.mul(a, rat)), den);
+  auto [re, im] =
+      divide(b.add(a, b.mul(bi, rat)), b.sub(bi, b.mul(a, rat)), b.add(c, b.mul(d, rat)));
   // Otherwise by d.
   Value rat_d = b.div(c, d);
-  Value den_d = b.add(d, b.mul(c, rat_d));
-  Value re_d = scaled(b.add(b.mul(a, rat_d), bi), den_d);
-  Value im_d = scaled(b.sub(b.mul(bi, rat_d), a), den_d);
+  auto [re_d, im_d] =
+      divide(b.add(b.mul(a, rat_d), bi), b.sub(b.mul(bi, rat_d), a), b.add(d, b.mul(c, rat_d)));
   // A zero divisor gives a complex infinity or NaN.
   Value zero = b.and_(eq(b, c, 0), eq(b, d, 0));
   Value c_major = b.compare(abs_c, abs_d, Comparison::GE);
