@@ -238,6 +238,52 @@ def test_linear_layers_over_a_batch_keep_the_varying_dimension():
     assert made == [0] * (len(SIZES) - 1)
 
 
+def rotary_and_causal_attention(x):
+    # What a decoder makes from the sequence length, a Python int: position ids
+    # (arange), their angles, and SDPA's causal mask (ones(n, n).tril() inside).
+    n = x.shape[1]
+    pos = torch.arange(0, n, device=x.device).float()
+    angles = pos[:, None] * torch.linspace(0.1, 1.0, 8, device=x.device)
+    q = x * angles.cos() + x.tanh() * angles.sin()
+    full = torch.full((x.shape[0], n), 0.5, device=x.device)
+    out = F.scaled_dot_product_attention(q[:, None], x[:, None], x[:, None], is_causal=True)
+    return out[:, 0] * full[..., None]
+
+
+def test_factories_at_a_varying_size_take_its_bound():
+    # arange(n), full((b, n)) and SDPA's ones(n, n) are made from the int n: with
+    # automatic bounds they take the bound of the varying dimension of size n, so the
+    # ops that meet them run at the bounds too.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        made = check_sizes(rotary_and_causal_attention, lambda n: [randn(2, n, 8)])
+    assert made == [0] * (len(SIZES) - 1)
+    x = marked(randn(2, 5, 8))
+    assert _C._has_bounds(torch.arange(5, device="tpu"))
+    assert not _C._has_bounds(torch.arange(7, device="tpu"))  # no dimension varies at 7
+    assert torch.equal(torch.ones(3, 5, device="tpu").cpu(), torch.ones(3, 5))
+    del x  # no dimension varies at 5 any more
+    assert not _C._has_bounds(torch.arange(5, device="tpu"))
+
+
+def test_a_position_inside_the_varying_dimension_is_copied_at_its_sizes():
+    # generate()'s logits[:, -1].to(copy=True, dtype=float32): no dimension of the view
+    # varies, so the copy is an ordinary one.
+    x = randn(2, 5, 8)
+    got = (marked(x) * 2)[:, -1].to(copy=True, dtype=torch.float64)
+    torch.testing.assert_close(got.cpu(), (x * 2)[:, -1].double())
+
+
+def test_factories_stay_static_with_automatic_bounds_off():
+    marked(randn(2, 5, 8))
+    _C._set_automatic_bounds(False)
+    try:
+        assert not _C._has_bounds(torch.arange(5, device="tpu"))
+        assert not _C._has_bounds(torch.zeros(5, device="tpu"))
+    finally:
+        _C._set_automatic_bounds(True)
+
+
 def test_a_compiled_function_reads_bounded_inputs_at_their_sizes():
     compiled = torch.compile(lambda x: (x.softmax(-1) * 2).sum(1), backend="tpu")
     for n in (4, 7):

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <unordered_map>
@@ -45,6 +46,39 @@ std::optional<engine::TensorView> refuse(std::string* why, const char* reason) {
 
 // Set once a storage gets bounds: until then no call looks for them.
 std::atomic<bool> g_bounds_used{false};
+
+// The varying dimensions alive, as (size, bound) -> how many: a new tensor a
+// factory makes at such a size takes the bound (plan_fresh_at_bounds). Never
+// destroyed: storages are released until the very end of the process.
+auto* g_varying_mutex = new std::mutex();
+auto* g_varying = new std::map<std::pair<int64_t, int64_t>, int64_t>();
+
+// The largest bound of a varying dimension of size `size` alive, or 0.
+int64_t varying_bound(int64_t size) {
+  std::lock_guard<std::mutex> lock(*g_varying_mutex);
+  auto it = g_varying->lower_bound({size + 1, 0});
+  return it != g_varying->begin() && (--it)->first.first == size ? it->first.second : 0;
+}
+
+void store_bounds(engine::StorageSlot& slot, engine::Bounds bounds) {
+  std::vector<std::pair<int64_t, int64_t>> dims;
+  for (size_t d = 0; d < bounds.varies.size(); ++d) {
+    if (bounds.varies[d]) dims.emplace_back(bounds.sizes[d], bounds.bounds[d]);
+  }
+  {
+    std::lock_guard<std::mutex> lock(*g_varying_mutex);
+    for (const auto& key : dims) ++(*g_varying)[key];
+  }
+  bounds.alive = std::shared_ptr<const void>(nullptr, [dims](const void*) {
+    std::lock_guard<std::mutex> lock(*g_varying_mutex);
+    for (const auto& key : dims) {
+      if (--(*g_varying)[key] == 0) g_varying->erase(key);
+    }
+  });
+  slot.bounds = std::move(bounds);
+  g_bounds_used = true;
+}
+
 // Set while a call reruns at its own sizes (WithoutBounds).
 thread_local bool g_without_bounds = false;
 
@@ -202,8 +236,7 @@ at::Tensor empty_bounded(c10::IntArrayRef sizes, c10::IntArrayRef strides,
       std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       c10::scalarTypeToTypeMeta(dtype));
   t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides);
-  whole_slot(t)->bounds = permuted(bounds, *memory_order(sizes, strides));
-  g_bounds_used = true;
+  store_bounds(*whole_slot(t), permuted(bounds, *memory_order(sizes, strides)));
   return t;
 }
 
@@ -237,12 +270,15 @@ bool copy_at_bounds(const at::Tensor& dst, const at::Tensor& src) {
     return false;
   }
   std::optional<engine::TensorView> from = bounded_view(src);
-  if (!from) return false;
+  // A view with no varying dimension (x[:, -1] of [b, n, d]) is copied at its sizes.
+  if (!from ||
+      std::none_of(from->follows.begin(), from->follows.end(), [](int e) { return e >= 0; }))
+    return false;
   engine::Bounds bounds{from->sizes, dst.sizes().vec(), {}};
   for (int e : from->follows) bounds.varies.push_back(e >= 0);
   resize_storage_bytes(dst.storage().unsafeGetStorageImpl(),
                        static_cast<size_t>(product(bounds.bounds)) * dst.element_size());
-  slot->bounds = std::move(bounds);
+  store_bounds(*slot, std::move(bounds));
   engine::copy_view(*from, bounded_target(dst), "aten::copy_");
   return true;
 }
@@ -263,8 +299,7 @@ void set_bounds(const at::Tensor& t, c10::IntArrayRef bounds, const std::vector<
   TORCH_CHECK(product(b.bounds) * static_cast<int64_t>(t.element_size()) ==
                   static_cast<int64_t>(slot->nbytes),
               "the storage must hold the bounds' elements exactly");
-  slot->bounds = std::move(b);
-  g_bounds_used = true;
+  store_bounds(*slot, std::move(b));
 }
 
 void written_at_own_sizes(const at::Tensor& t) {
@@ -335,6 +370,7 @@ bool keeps_valid_entries(const c10::OperatorHandle& op) {
       "aten::tril",
       "aten::triu",
       "aten::cat",
+      "aten::stack",
       "aten::index_select",
       "aten::fill_",
       "aten::zero_",
@@ -445,7 +481,6 @@ std::optional<BoundedPlan> plan_cat_at_bounds(BoundedPlan plan, c10::ArrayRef<c1
   bounds.bounds[dim] = need <= kept ? kept : power_of_two_at_least(need);
   bounds.varies[dim] = true;
   plan.results = {{std::move(bounds)}};
-  g_bounds_used = true;
   plan.rule = "_tpu_cat_at_bounds";
   return plan;
 }
@@ -470,6 +505,49 @@ bool seen_changing(c10::ArrayRef<c10::IValue> args, const ReturnLayouts& real) {
   // Against the first size: cats of one shape in several places (each layer's
   // keys and values) all see the change.
   return first->emplace(key, out.sizes[dim]).first->second != out.sizes[dim];
+}
+
+// Automatic bounds: a factory writing a whole new tensor (arange's out, the
+// fill_ of zeros, ones and full) at sizes that varying dimensions of live
+// tensors have makes it with their bounds: position ids and masks made from a varying
+// size (`arange(seq_len)`) then meet the tensors they go with at one bound.
+// A size that only happens to match costs a larger storage, never a value:
+// tensors with bounds hold the same values.
+std::optional<BoundedPlan> plan_fresh_at_bounds(const c10::OperatorHandle& op,
+                                                c10::ArrayRef<c10::IValue> args,
+                                                const ReturnLayouts& real,
+                                                const std::vector<size_t>& written) {
+  static const std::unordered_set<std::string> factories = {"aten::arange", "aten::fill_",
+                                                            "aten::zero_"};
+  if (!g_automatic || written.size() != 1 || !args[written[0]].isTensor() ||
+      !factories.count(op.schema().name())) {
+    return std::nullopt;
+  }
+  const at::Tensor& t = args[written[0]].toTensor();
+  engine::StorageSlot* slot = whole_slot(t);
+  if (!slot || slot->buffer || slot->bounds || engine::is_pending(*slot) || !t.is_contiguous() ||
+      t.numel() == 0 || static_cast<size_t>(t.numel()) * t.element_size() != slot->nbytes) {
+    return std::nullopt;
+  }
+  engine::Bounds bounds{t.sizes().vec(), t.sizes().vec(), std::vector<bool>(t.dim(), false)};
+  bool varies = false;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t bound = t.size(d) < 2 ? 0 : varying_bound(t.size(d));
+    if (bound < t.size(d)) continue;
+    bounds.bounds[d] = bound;
+    bounds.varies[d] = varies = true;
+  }
+  if (!varies) return std::nullopt;
+  resize_storage_bytes(t.storage().unsafeGetStorageImpl(),
+                       static_cast<size_t>(product(bounds.bounds)) * t.element_size());
+  store_bounds(*slot, std::move(bounds));
+  BoundedPlan plan;
+  engine::TensorView view = *bounded_view(t);
+  std::vector<bool> along;
+  for (int e : view.follows) along.push_back(e >= 0);
+  plan.inputs.push_back({t.unsafeGetTensorImpl(), std::move(view), std::move(along)});
+  for (const auto& r : real) plan.results.emplace_back(r.size());
+  return plan;
 }
 
 }  // namespace
@@ -505,7 +583,7 @@ std::optional<BoundedPlan> plan_bounded(
   }
   if (!any) {
     if (is_cat && seen_changing(args, real)) return plan_cat_at_bounds(plan, args, real, &why);
-    return std::nullopt;
+    return g_bounds_used ? plan_fresh_at_bounds(op, args, real, written) : std::nullopt;
   }
   auto per_size = [&](const std::string& reason) -> std::optional<BoundedPlan> {
     warn_per_size(op, reason);
@@ -550,8 +628,10 @@ std::optional<BoundedPlan> plan_bounded(
     bool whole = true;
     for_each_tensor(args[w], [&](const at::Tensor& t) {
       const engine::TensorView* view = plan.view(t);
-      whole &= view && view->offset == 0 && view->sizes == view->stored->bounds &&
-               view->strides == engine::contiguous_strides(view->sizes);
+      // All of it in its stored order, static dimensions possibly split or
+      // merged (bmm's [8, n, n] result written as [2, 4, n, n]).
+      whole &= view && view->offset == 0 && product(view->sizes) == product(view->stored->bounds) &&
+               is_contiguous(view->sizes, view->strides);
     });
     if (!whole) return per_size("it writes a tensor that is not all of a bounded one");
   }

@@ -44,7 +44,9 @@ void written_at_own_sizes(const at::Tensor& t);
 // Results of `cat` whose size along the concatenated dimension has been seen
 // to change get bounds (a power of two), so that a tensor grown by
 // concatenation, token by token (a key-value cache), keeps one bound for many
-// sizes. On unless TORCH_TPU_AUTOMATIC_BOUNDS=0 or set off here.
+// sizes; and a tensor a factory makes at the size of a varying dimension of a
+// live tensor (arange(n) position ids, masks) takes its bound. On unless
+// TORCH_TPU_AUTOMATIC_BOUNDS=0 or set off here.
 void set_automatic_bounds(bool on);
 bool automatic_bounds();
 

@@ -25,6 +25,9 @@ struct Bounds {
   Dims bounds;               // of every dimension
   Dims sizes;                // the stored tensor's sizes (at most the bounds)
   std::vector<bool> varies;  // the dimensions whose size varies
+  // Held while these bounds exist (in the slot or in views of it), for whoever
+  // counts the varying sizes alive (aten/bounded).
+  std::shared_ptr<const void> alive;
 };
 
 struct StorageSlot {
