@@ -85,6 +85,14 @@ CASES = {
         lambda n: [torch.randint(0, 8, (1, n), generator=torch.Generator().manual_seed(n)), W],
     ),
     "cat along a static dim": (lambda x: torch.cat([x, x * 2], -1), lambda n: [randn(2, n, 8)]),
+    "cumulative sum and product along and across it": (
+        lambda x: (x.cumsum(1), (x * 0.1 + 1).cumprod(-1)),
+        lambda n: [randn(2, n, 8)],
+    ),
+    "position ids from an attention mask": (  # transformers' generate()
+        lambda m: (m.long().cumsum(-1) - 1).masked_fill_(m == 0, 1),
+        lambda n: [(torch.arange(n) % 3 != 0).long().expand(2, n).contiguous()],
+    ),
     "where and a comparison": (
         lambda x: torch.where(x > 0, x, x.exp()).masked_fill(x < -1, 3.0),
         lambda n: [randn(2, n, 8)],

@@ -301,8 +301,8 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
         if (v.bounded()) {
           std::vector<std::optional<Value>> size =
               st.stored_sizes(v, Param::Source::InputSize, index, i);
-          operand.value = set_valid_sizes(
-              b, read_view(b, uncompact(b, flat, *v.stored, size), v, layout, offset), v, size);
+          Value padded = read_view(b, uncompact(b, flat, *v.stored, size), v, layout, offset);
+          operand.value = call.rule->prefix ? padded : set_valid_sizes(b, padded, v, size);
         } else {
           operand.value = read_view(b, flat, v, layout, offset);
         }
@@ -335,7 +335,7 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
   }
   const int64_t loops_before = b.loops_and_sorts();
   std::vector<Value> results = call.rule->fn(ctx, lower::Args(std::move(args)));
-  if (b.loops_and_sorts() != loops_before && has_bounded_view(call)) {
+  if (b.loops_and_sorts() != loops_before && has_bounded_view(call) && !call.rule->prefix) {
     throw lower::Unsupported("its lowering loops or sorts, which XLA's padder cannot size");
   }
   if (results.size() != call.targets.size()) {

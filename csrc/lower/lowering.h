@@ -150,6 +150,11 @@ struct Rule {
   // compiled-in constant: a value that changes every step (a scheduled
   // learning rate) must not compile a program per value.
   const char* float_operand = nullptr;
+  // Each result entry depends only on operand entries at its position or
+  // before it along every dimension (cumulative sums and products): operands
+  // of bounded size are read at their bounds as they are, padding included,
+  // which changes no valid entry; XLA's dynamic sizes would fail on the loop.
+  bool prefix = false;
 };
 
 // Registers `rule` for each ATen operator name ("add.Tensor", "relu").
@@ -183,6 +188,9 @@ class Unsupported : public std::runtime_error {
 // For rules whose float argument `arg` is read as a scalar operand (a.tensor).
 #define TPU_LOWERING_FLOAT_OPERAND(fn, arg, ...) \
   TPU_REGISTER_RULE((::torch_tpu::lower::Rule{fn, false, false, arg}), __VA_ARGS__)
+// For rules whose results depend on operand entries at or before their position.
+#define TPU_LOWERING_PREFIX(fn, ...) \
+  TPU_REGISTER_RULE((::torch_tpu::lower::Rule{fn, false, false, nullptr, true}), __VA_ARGS__)
 // For rules that call Context::random_bits().
 #define TPU_LOWERING_RANDOM(fn, ...) \
   TPU_REGISTER_RULE((::torch_tpu::lower::Rule{fn, false, true}), __VA_ARGS__)

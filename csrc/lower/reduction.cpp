@@ -591,8 +591,8 @@ TPU_LOWERING(logsumexp, "logsumexp");
 TPU_LOWERING(linalg_vector_norm, "linalg_vector_norm");
 TPU_LOWERING(norm, "norm.Scalar", "norm.ScalarOpt_dtype", "norm.ScalarOpt_dim",
              "norm.ScalarOpt_dim_dtype");
-TPU_LOWERING(cumsum, "cumsum");
-TPU_LOWERING(cumprod, "cumprod");
+TPU_LOWERING_PREFIX(cumsum, "cumsum");
+TPU_LOWERING_PREFIX(cumprod, "cumprod");
 TPU_LOWERING(logcumsumexp, "logcumsumexp");
 TPU_LOWERING(cummax, "cummax");
 TPU_LOWERING(cummin, "cummin");
