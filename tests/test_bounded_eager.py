@@ -282,6 +282,37 @@ def test_a_position_inside_the_varying_dimension_is_copied_at_its_sizes():
     torch.testing.assert_close(got.cpu(), (x * 2)[:, -1].double())
 
 
+@pytest.mark.parametrize("varying", [[0], [1], [0, 1]], ids=str)
+def test_pointwise_ops_on_permuted_views_keep_the_values(varying):
+    # A result laid out like a permuted operand is transposed to its storage's order
+    # dimension by dimension: XLA compacts the valid entries of a reshape that merges a
+    # sized dimension with another.
+    x = torch.arange(5 * 7 * 3, dtype=torch.float32).view(5, 7, 3)
+    for perm in itertools.permutations(range(3)):
+        t = x.to("tpu")
+        for d in varying:
+            torch_tpu.mark_dynamic(t, d, 1, BOUND)
+        assert torch.equal((t.permute(*perm) * 2).cpu(), x.permute(*perm) * 2), perm
+
+
+def test_operands_that_do_not_fit_at_the_bounds_run_per_size():
+    # embedding's backward meets a static gradient and indices made with the bound of a
+    # live varying size; its meta kernel does not compare them, the lowering does.
+    keep = marked(randn(2, 6, 3))
+    w_cpu = randn(32, 4).requires_grad_()
+    w_tpu = w_cpu.detach().to("tpu").requires_grad_()
+    scale = randn(6, 6, 4, seed=2)
+    for w, device in ((w_cpu, "cpu"), (w_tpu, "tpu")):
+        ids = (
+            torch.arange(6, device=device)[None, :] - torch.arange(6, device=device)[:, None]
+        ).abs()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            (F.embedding(ids, w) * scale.to(device)).sum().backward()
+    torch.testing.assert_close(w_tpu.grad.cpu(), w_cpu.grad)
+    assert keep.shape == (2, 6, 3)
+
+
 def test_factories_stay_static_with_automatic_bounds_off():
     marked(randn(2, 5, 8))
     _C._set_automatic_bounds(False)

@@ -334,7 +334,16 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
         st.param({ElementType::U64, {2}}, {Param::Source::Random, index, 0, ElementType::U64}));
   }
   const int64_t loops_before = b.loops_and_sorts();
-  std::vector<Value> results = call.rule->fn(ctx, lower::Args(std::move(args)));
+  std::vector<Value> results;
+  try {
+    results = call.rule->fn(ctx, lower::Args(std::move(args)));
+  } catch (const std::invalid_argument&) {
+    // Meta kernels do not check every shape (embedding_dense_backward's
+    // gradient against its indices): operands that do not fit together at
+    // the bounds show as a shape the builder refuses.
+    if (!has_bounded_view(call)) throw;
+    throw lower::Unsupported("its operands do not fit together at the bounds");
+  }
   if (b.loops_and_sorts() != loops_before && has_bounded_view(call) && !call.rule->prefix) {
     throw lower::Unsupported("its lowering loops or sorts, which XLA's padder cannot size");
   }

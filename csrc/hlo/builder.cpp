@@ -519,6 +519,10 @@ Value Builder::transpose(const Value& x, const Dims& permutation) {
     identity &= permutation[i] == static_cast<int64_t>(i);
   }
   if (identity) return x;
+  // Programs with bounded dynamic sizes transpose dimension by dimension: a
+  // reshape merging a sized dimension with another would make XLA move the
+  // valid entries together (its compaction), not keep the padded layout.
+  if (dynamic_sizes_) return emit_transpose(x, permutation);
   CollapsedTranspose c = collapse(x.dims(), permutation);
   Value y = c.dims.size() == static_cast<size_t>(x.rank()) ? x : reshape(x, c.dims);
   if (std::is_sorted(c.permutation.begin(), c.permutation.end())) {
