@@ -82,6 +82,18 @@ void store_bounds(engine::StorageSlot& slot, engine::Bounds bounds) {
 // Set while a call reruns at its own sizes (WithoutBounds).
 thread_local bool g_without_bounds = false;
 
+// The slot of a tensor that is all of its storage, contiguous, and never
+// written: one that can still take bounds before its first write.
+engine::StorageSlot* unwritten_whole_slot(const at::Tensor& t) {
+  engine::StorageSlot* slot = whole_slot(t);
+  if (!slot || slot->buffer || slot->bounds || engine::is_pending(*slot) || !t.is_contiguous() ||
+      t.storage_offset() != 0 ||
+      static_cast<size_t>(t.numel()) * t.element_size() != slot->nbytes) {
+    return nullptr;
+  }
+  return slot;
+}
+
 }  // namespace
 
 bool has_bounds(const at::Tensor& t) {
@@ -263,12 +275,8 @@ engine::TensorView bounded_target(const at::Tensor& t) {
 
 bool copy_at_bounds(const at::Tensor& dst, const at::Tensor& src) {
   if (!g_bounds_used || dst.sizes() != src.sizes() || !has_bounds(src)) return false;
-  engine::StorageSlot* slot = whole_slot(dst);
-  if (!slot || slot->buffer || slot->bounds || engine::is_pending(*slot) ||
-      engine::capturing(slot->device) || !dst.is_contiguous() || dst.storage_offset() != 0 ||
-      static_cast<size_t>(dst.numel()) * dst.element_size() != slot->nbytes) {
-    return false;
-  }
+  engine::StorageSlot* slot = unwritten_whole_slot(dst);
+  if (!slot || engine::capturing(slot->device)) return false;
   std::optional<engine::TensorView> from = bounded_view(src);
   // A view with no varying dimension (x[:, -1] of [b, n, d]) is copied at its sizes.
   if (!from ||
@@ -527,11 +535,8 @@ std::optional<BoundedPlan> plan_fresh_at_bounds(const c10::OperatorHandle& op,
     return std::nullopt;
   }
   const at::Tensor& t = args[written[0]].toTensor();
-  engine::StorageSlot* slot = whole_slot(t);
-  if (!slot || slot->buffer || slot->bounds || engine::is_pending(*slot) || !t.is_contiguous() ||
-      t.numel() == 0 || static_cast<size_t>(t.numel()) * t.element_size() != slot->nbytes) {
-    return std::nullopt;
-  }
+  engine::StorageSlot* slot = unwritten_whole_slot(t);
+  if (!slot || t.numel() == 0) return std::nullopt;
   engine::Bounds bounds{t.sizes().vec(), t.sizes().vec(), std::vector<bool>(t.dim(), false)};
   bool varies = false;
   for (int64_t d = 0; d < t.dim(); ++d) {

@@ -27,8 +27,8 @@ import argparse
 import copy
 import json
 import math
-import statistics
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -684,7 +684,7 @@ def dynamism_markdown(results: list[Result], seconds: float) -> str:
     import transformers
 
     counted = [r for r in results if r.cpu_ok]
-    further = sorted(sum(r.length_programs[1:]) for r in counted if r.tier2)
+    further = [sum(r.length_programs[1:]) for r in counted if r.tier2]
     lines = [
         "# Model zoo under bounded dynamism",
         "",
