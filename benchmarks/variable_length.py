@@ -1,7 +1,8 @@
 """A training loop over batches of varying sequence length on tpu: the sequence dimension
-marked with its bound (torch_tpu.mark_dynamic: one program per op for every length) against
-the same loop padded by the user to the bound (a key mask in attention, a mask on the loss),
-and against the plain loop (each length its own programs), in the same run.
+marked with its bound (torch_tpu.mark_dynamic: one program per op for every length), eager
+and under torch.compile, against the same loop padded by the user to the bound (a key mask in
+attention, a mask on the loss), and against the plain loop (each length its own programs), in
+the same run.
 
 Each variant trains a small attention model (embedding, two blocks of linear layers and
 attention, batch 4) with AdamW on the same lengths (random in [8, 64]) for warm-up steps,
@@ -102,7 +103,12 @@ def step_padded(model, opt, ids, target):
     return ((out - padded_target.to("tpu")) ** 2 * mask[..., None]).sum() / ids.numel()
 
 
-VARIANTS = {"bounded": step_bounded, "padded": step_padded, "plain": step_plain}
+VARIANTS = {
+    "bounded": step_bounded,
+    "compiled": step_bounded,  # the model under torch.compile(backend="tpu")
+    "padded": step_padded,
+    "plain": step_plain,
+}
 
 
 def run(name: str, model, opt, data) -> tuple[float, int]:
@@ -127,6 +133,7 @@ def main(args: argparse.Namespace) -> None:
     for m in list(models.values())[1:]:
         m.load_state_dict(next(iter(models.values())).state_dict())
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-3) for name, m in models.items()}
+    models["compiled"] = torch.compile(models["compiled"], backend="tpu")
     warm = list(batches(args.warmup, seed=1))
     for name in VARIANTS:
         run(name, models[name], opts[name], warm)

@@ -97,6 +97,21 @@ CASES = {
         lambda x: torch.where(x > 0, x, x.exp()).masked_fill(x < -1, 3.0),
         lambda n: [randn(2, n, 8)],
     ),
+    # A linear layer as AOTAutograd's graphs have it: the batch merged with the varying
+    # dimension, the product, the split back, a slice of the features (chunk).
+    "merged, multiplied, split back and sliced": (
+        lambda x, w: (x.view(-1, 8) @ w).view(x.shape[0], -1, 6)[..., 2:5].sum(1),
+        lambda n: [randn(3, n, 8), W],
+    ),
+    "a product contracting the merged dimension (a weight's gradient)": (
+        lambda x: x.reshape(-1, 8).t() @ (x * 2).reshape(-1, 8),
+        lambda n: [randn(3, n, 8)],
+    ),
+    "merged with a varying outer dimension": (
+        lambda x: (x.reshape(-1, 8) @ W.to(x.device)).reshape(-1, 4, 6).softmax(0),
+        lambda n: [randn(n, 4, 8)],
+        0,
+    ),
 }
 
 
@@ -224,10 +239,20 @@ def test_a_tensor_grown_by_cat_gets_bounds_and_steps_stop_compiling():
     assert sum(made) < sum(grow(16, automatic=False)) / 2
 
 
-def test_a_view_merging_the_varying_dimension_runs_per_size():
+def test_a_view_merging_the_varying_dimension_keeps_it():
+    # The storage holds the valid entries first in row-major order: [2, n, 8] and its
+    # [2 * n, 8] view hold them alike, so the view varies with bound 2 * 16.
+    made = check_sizes(lambda x: x.reshape(-1, 8) * 2, lambda n: [randn(2, n, 8)])
+    assert made == [0] * (len(SIZES) - 1)
+
+
+def test_a_split_that_cannot_tell_its_varying_dimension_runs_per_size():
+    # [n * 4] split as [n, 4] is clear (only n can hold the bound 16 * 4); split as
+    # [2, 2 * n] it is not (either could), and the op runs at the sizes.
+    x = randn(2, 8, 4)
     with pytest.warns(UserWarning, match="mul runs at each size"):
-        made = check_sizes(lambda x: x.reshape(-1, 8) * 2, lambda n: [randn(2, n, 8)], sizes=[5, 9])
-    assert made == [1]
+        got = (marked(x).view(2, 2, 16) * 2).cpu()
+    torch.testing.assert_close(got, x.view(2, 2, 16) * 2)
 
 
 def test_linear_layers_over_a_batch_keep_the_varying_dimension():
@@ -323,11 +348,63 @@ def test_factories_stay_static_with_automatic_bounds_off():
         _C._set_automatic_bounds(True)
 
 
-def test_a_compiled_function_reads_bounded_inputs_at_their_sizes():
+def test_a_compiled_function_runs_at_the_bounds():
     compiled = torch.compile(lambda x: (x.softmax(-1) * 2).sum(1), backend="tpu")
-    for n in (4, 7):
+    made = []
+    for n in SIZES:
         x = randn(2, n, 8)
+        before = programs()
         torch.testing.assert_close(compiled(marked(x)).cpu(), (x.softmax(-1) * 2).sum(1))
+        made.append(programs() - before)
+    assert made[1:] == [0] * (len(SIZES) - 1)
+
+
+class TinyEncoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(32, 8)
+        self.qkv = nn.Linear(8, 24)
+        self.norm = nn.LayerNorm(8)
+        self.mlp = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        q, k, v = self.qkv(self.norm(h)).chunk(3, dim=-1)
+        h = h + F.scaled_dot_product_attention(q, k, v)
+        return h + self.mlp(h)
+
+
+@pytest.mark.parametrize("loss_of", ["sum", "mean"])
+@pytest.mark.parametrize("batch", [2, 3])
+def test_compiled_training_over_varying_lengths_compiles_once(loss_of, batch):
+    # AOTAutograd's forward and backward graphs take the sizes as symbols; each length
+    # is recorded anew, but at the bounds, into the programs of the first. A batch of
+    # 3 meets the length 3: the batch's size matches a live varying one (mean's
+    # gradient is stretched along both), so there the ops read it at its size, with
+    # programs of their own.
+    torch.manual_seed(0)
+    cpu, tpu = TinyEncoder(), TinyEncoder().to("tpu")
+    tpu.load_state_dict(cpu.state_dict())
+    compiled = torch.compile(tpu, backend="tpu")
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (cpu, tpu)]
+    made = []
+    for n in SIZES:
+        ids = torch.randint(0, 32, (batch, n), generator=torch.Generator().manual_seed(n))
+        before = programs()
+        for model, opt, x in ((compiled, opts[1], marked(ids)), (cpu, opts[0], ids)):
+            opt.zero_grad()
+            out = model(x).square()
+            loss = out.mean() if loss_of == "mean" else out.sum() / out.numel()
+            loss.backward()
+            opt.step()
+            if x.device.type == "tpu":
+                got = loss.item()
+                made.append(programs() - before)
+        assert got == pytest.approx(loss.item(), rel=1e-5)
+    for p, q in zip(tpu.parameters(), cpu.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-5)
+    coincide = [n == batch for n in SIZES[1:]]
+    assert [m for m, c in zip(made[1:], coincide) if not c] == [0] * coincide.count(False)
 
 
 def test_generate_with_the_default_dynamic_cache_stops_compiling_per_token():

@@ -60,6 +60,14 @@ int64_t varying_bound(int64_t size) {
   return it != g_varying->begin() && (--it)->first.first == size ? it->first.second : 0;
 }
 
+// Whether a varying dimension of this size and bound is alive.
+bool varying_alive(int64_t size, int64_t bound) {
+  std::lock_guard<std::mutex> lock(*g_varying_mutex);
+  return g_varying->count({size, bound}) > 0;
+}
+
+}  // namespace
+
 void store_bounds(engine::StorageSlot& slot, engine::Bounds bounds) {
   std::vector<std::pair<int64_t, int64_t>> dims;
   for (size_t d = 0; d < bounds.varies.size(); ++d) {
@@ -78,6 +86,8 @@ void store_bounds(engine::StorageSlot& slot, engine::Bounds bounds) {
   slot.bounds = std::move(bounds);
   g_bounds_used = true;
 }
+
+namespace {
 
 // Set while a call reruns at its own sizes (WithoutBounds).
 thread_local bool g_without_bounds = false;
@@ -103,14 +113,13 @@ bool has_bounds(const at::Tensor& t) {
 
 namespace {
 
-// `t` as a view of its storage's padded layout, read at the bounds; nullopt
-// (with the reason in `why`) when `t` cannot be read so: a view that merges,
-// splits or slices a varying dimension, or one whose dimensions are ambiguous
-// because a varying size is 0 or 1.
-std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string* why = nullptr) {
-  engine::StorageSlot* slot = whole_slot(t);
-  if (!slot || !slot->bounds) return refuse(why, "its storage has no bounds");
-  const engine::Bounds& stored = *slot->bounds;
+// `t` as a view of the padded layout of `stored`, the tensor its storage
+// holds, read at the bounds; nullopt (with the reason in `why`) when `t`
+// cannot be read so: a view that merges, splits or slices a varying
+// dimension, or one whose dimensions are ambiguous because a varying size is
+// 0 or 1.
+std::optional<engine::TensorView> place_view(const at::Tensor& t, engine::StorageSlot* slot,
+                                             const engine::Bounds& stored, std::string* why) {
   const engine::Dims& z = stored.sizes;
   const auto rank = static_cast<int64_t>(z.size());
   engine::Dims cs = engine::contiguous_strides(z), ps = engine::contiguous_strides(stored.bounds);
@@ -213,6 +222,102 @@ std::optional<std::vector<int64_t>> memory_order(c10::IntArrayRef sizes, c10::In
     expected *= sizes[*it];
   }
   return order;
+}
+
+// The shape of a contiguous tensor of `total` elements that `t` is a plain
+// strided view of: each of its dimensions of size > 1 steps along one
+// dimension of that shape (outermost first, by stride).
+std::optional<engine::Dims> covering_shape(const at::Tensor& t, int64_t total) {
+  std::vector<int64_t> strides;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) strides.push_back(t.stride(d));
+  }
+  std::sort(strides.rbegin(), strides.rend());
+  engine::Dims shape;
+  int64_t outer = total;
+  for (size_t k = 0; k < strides.size(); ++k) {
+    if (strides[k] <= 0 || (k > 0 && strides[k] == strides[k - 1]) || outer % strides[k] != 0) {
+      return std::nullopt;
+    }
+    shape.push_back(outer / strides[k]);
+    outer = strides[k];
+  }
+  if (outer > 1 || shape.empty()) shape.push_back(outer);
+  return shape;
+}
+
+// The bounds of the stored tensor's valid entries seen in the shape that `t`
+// is a plain view of (x.view(-1, d) of a [b, n, d] tensor, its split back to
+// [b, n, d'], a slice of the last dimension of that): the storage holds them
+// first in row-major order, whatever the shape. A run of dimensions whose
+// sizes multiply to those of a run of stored ones varies where a stored one
+// does: one of them takes the run's bound, the one that can hold it with the
+// others static (where several can, the one whose size varies at that bound
+// in a live tensor: [3 * 16] split as [3, 16] under a bound of 48).
+// Whichever it is, the values are the same; the choice decides which
+// operands fit together at the bounds.
+std::optional<engine::Bounds> reshaped_bounds(const at::Tensor& t, const engine::Bounds& stored) {
+  const int64_t total = product(stored.sizes);
+  if (t.numel() == 0 || total == 0 || t.storage_offset() >= total) return std::nullopt;
+  std::optional<engine::Dims> shape = covering_shape(t, total);
+  if (!shape || *shape == stored.sizes) return std::nullopt;
+  engine::Bounds out{*shape, *shape, std::vector<bool>(shape->size(), false)};
+  std::vector<size_t> view, kept;  // dimensions of size > 1
+  for (size_t d = 0; d < out.sizes.size(); ++d) {
+    if (out.sizes[d] > 1) view.push_back(d);
+  }
+  for (size_t e = 0; e < stored.sizes.size(); ++e) {
+    if (stored.varies[e] && stored.sizes[e] <= 1) return std::nullopt;
+    if (stored.sizes[e] > 1) kept.push_back(e);
+  }
+  size_t i = 0, j = 0;
+  while (i < view.size() && j < kept.size()) {
+    const size_t i0 = i, j0 = j;
+    int64_t in_view = out.sizes[view[i++]], in_stored = stored.sizes[kept[j++]];
+    while (in_view != in_stored) {
+      if (in_view < in_stored) {
+        if (i == view.size()) return std::nullopt;
+        in_view *= out.sizes[view[i++]];
+      } else {
+        if (j == kept.size()) return std::nullopt;
+        in_stored *= stored.sizes[kept[j++]];
+      }
+    }
+    int64_t bound = 1, varying = 0;
+    for (size_t k = j0; k < j; ++k) {
+      bound *= stored.bounds[kept[k]];
+      varying += stored.varies[kept[k]];
+    }
+    if (varying == 0) continue;
+    std::vector<size_t> holders, alive;
+    for (size_t k = i0; k < i; ++k) {
+      const int64_t size = out.sizes[view[k]], others = in_view / size;
+      if (bound % others != 0 || bound / others < size) continue;
+      holders.push_back(view[k]);
+      if (varying_alive(size, bound / others)) alive.push_back(view[k]);
+    }
+    if (holders.size() > 1) holders = alive;
+    // Alive at the same size and bound ([3 * 3] as [3, 3]): the innermost, as
+    // in [batch, length] (either gives the same values).
+    if (holders.size() > 1 && out.sizes[holders.front()] == out.sizes[holders.back()]) {
+      holders.erase(holders.begin(), holders.end() - 1);
+    }
+    if (holders.size() != 1 || (i - i0 > 1 && varying > 1)) return std::nullopt;
+    out.bounds[holders[0]] = bound / (in_view / out.sizes[holders[0]]);
+    out.varies[holders[0]] = true;
+  }
+  return out;
+}
+
+// `t` as a view of its storage's padded layout, read at the bounds (see
+// place_view), or of the tensor of its own shape the storage also holds.
+std::optional<engine::TensorView> bounded_view(const at::Tensor& t, std::string* why = nullptr) {
+  engine::StorageSlot* slot = whole_slot(t);
+  if (!slot || !slot->bounds) return refuse(why, "its storage has no bounds");
+  std::optional<engine::TensorView> v = place_view(t, slot, *slot->bounds, why);
+  if (v) return v;
+  std::optional<engine::Bounds> reshaped = reshaped_bounds(t, *slot->bounds);
+  return reshaped ? place_view(t, slot, *reshaped, why) : v;
 }
 
 engine::Bounds permuted(const engine::Bounds& b, const std::vector<int64_t>& order) {
@@ -558,18 +663,72 @@ std::optional<BoundedPlan> plan_fresh_at_bounds(const c10::OperatorHandle& op,
   return plan;
 }
 
+// A pointwise op none of whose operands has bounds, each of them broadcast
+// along a dimension of the size of a live varying one (mean's gradient,
+// `grad.expand(sizes) / n`), has one value along it: it runs at that bound as
+// factories do. Fills plan.inputs with them, stretched; false when that does
+// not apply.
+bool broadcasts_at_live_bounds(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                               const std::vector<size_t>& written, BoundedPlan& plan) {
+  if (!g_automatic || !written.empty() || !op.hasTag(at::Tag::pointwise)) return false;
+  bool all = true;
+  for (const c10::IValue& v : args) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!all || !t.defined() || t.dim() == 0) return;
+      BoundedPlan::Operand in{t.unsafeGetTensorImpl(), view_of(t),
+                              std::vector<bool>(static_cast<size_t>(t.dim()), false)};
+      bool stretched = false;
+      for (int64_t d = 0; d < t.dim() && is_tpu(t); ++d) {
+        if (t.stride(d) != 0 || t.size(d) <= 1) continue;
+        const int64_t bound = varying_bound(t.size(d));
+        if (bound < t.size(d)) continue;
+        in.view.sizes[d] = bound;
+        in.varies[d] = stretched = true;
+      }
+      if (stretched) {
+        plan.inputs.push_back(std::move(in));
+      } else {
+        all = false;
+      }
+    });
+  }
+  if (!all) plan.inputs.clear();
+  return !plan.inputs.empty();
+}
+
+// Operands that do not fit together at the bounds because a static size
+// only happened to match a live varying one (a batch of 3 among lengths of
+// 3, stretched or split with its bound): each varying dimension that meets a
+// static one of its size in another operand (aligned from the last, as
+// broadcasting does) is read at its size instead. False when none does.
+bool demote_coincidences(std::vector<BoundedPlan::Operand>& inputs) {
+  bool any = false;
+  for (BoundedPlan::Operand& a : inputs) {
+    for (const BoundedPlan::Operand& b : inputs) {
+      const size_t ra = a.varies.size(), rb = b.varies.size();
+      for (size_t k = 1; &a != &b && k <= std::min(ra, rb); ++k) {
+        const size_t da = ra - k, db = rb - k;
+        const int64_t size = a.tensor->sizes()[da];
+        if (!a.varies[da] || b.varies[db] || size <= 1 || b.tensor->sizes()[db] != size) continue;
+        a.view.sizes[da] = size;
+        a.varies[da] = false;
+        if (a.view.bounded()) a.view.follows[da] = -1;
+        any = true;
+      }
+    }
+  }
+  return any;
+}
+
 }  // namespace
 
 std::optional<BoundedPlan> plan_bounded(
     const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args, const ReturnLayouts& real,
     const std::vector<size_t>& written, const std::vector<int>& return_alias,
     const std::function<std::optional<ReturnLayouts>(c10::ArrayRef<c10::IValue>)>& meta_at) {
-  // A graph being captured (torch.compile) is recorded at its inputs' own
-  // sizes: its program then holds no size operand it could not replay.
   static const c10::OperatorName cat{"aten::cat", ""};
   const bool is_cat = op.operator_name() == cat;
-  if (!(g_bounds_used || (is_cat && g_automatic)) || g_without_bounds ||
-      engine::capturing(current_device())) {
+  if (!(g_bounds_used || (is_cat && g_automatic)) || g_without_bounds) {
     return std::nullopt;
   }
   BoundedPlan plan;
@@ -591,7 +750,10 @@ std::optional<BoundedPlan> plan_bounded(
   }
   if (!any) {
     if (is_cat && seen_changing(args, real)) return plan_cat_at_bounds(plan, args, real, &why);
-    return g_bounds_used ? plan_fresh_at_bounds(op, args, real, written) : std::nullopt;
+    if (!g_bounds_used) return std::nullopt;
+    if (!broadcasts_at_live_bounds(op, args, written, plan)) {
+      return plan_fresh_at_bounds(op, args, real, written);
+    }
   }
   auto per_size = [&](const std::string& reason) -> std::optional<BoundedPlan> {
     warn_per_size(op, reason);
@@ -631,6 +793,10 @@ std::optional<BoundedPlan> plan_bounded(
     return meta_at(stand_in);
   };
   std::optional<ReturnLayouts> bound = meta_with(0), below = meta_with(1);
+  if ((!bound || !below) && demote_coincidences(plan.inputs)) {
+    bound = meta_with(0);
+    below = meta_with(1);
+  }
   if (!bound || !below) return per_size("its operands do not fit together at the bounds");
   for (size_t w : written) {
     bool whole = true;

@@ -32,6 +32,10 @@ engine::TensorView bounded_target(const at::Tensor& t);
 // runs at them. False, having done nothing, where that does not apply.
 bool copy_at_bounds(const at::Tensor& dst, const at::Tensor& src);
 
+// Gives `slot` `bounds` (its buffer holds a tensor laid out for them), counted
+// among the varying sizes alive.
+void store_bounds(engine::StorageSlot& slot, engine::Bounds bounds);
+
 // torch_tpu.mark_dynamic in eager: `t` (contiguous, from offset 0, over a
 // storage of at least `bounds`' elements holding its values first) records
 // that its dimensions `varies` vary up to `bounds`.

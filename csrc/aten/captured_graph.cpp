@@ -1,5 +1,6 @@
 #include "aten/captured_graph.h"
 
+#include "aten/bounded.h"
 #include "aten/generator.h"
 #include "aten/tensor_bridge.h"
 
@@ -69,6 +70,21 @@ std::optional<std::vector<at::Tensor>> replay(const engine::CapturedGraph& graph
     fresh = graph.replay(views_of(inputs), generator_state(device));
   }
   if (!fresh) return std::nullopt;
+  // Storages the program wrote at bounds take them, as they did when captured.
+  std::vector<const engine::Bounds*> fresh_bounds(fresh->size());
+  for (size_t i = 0; i < graph.output_bounds.size(); ++i) {
+    const std::optional<engine::Bounds>& bounds = graph.output_bounds[i];
+    if (graph.output_input[i] >= 0) {
+      engine::StorageSlot& slot = *slot_of(inputs[graph.output_input[i]]);
+      if (bounds) {
+        store_bounds(slot, *bounds);
+      } else {
+        slot.bounds.reset();
+      }
+    } else if (bounds) {
+      fresh_bounds[graph.output_storage[i]] = &*bounds;
+    }
+  }
   // One tensor per new storage; outputs are views of it (or of an input).
   std::vector<at::Tensor> bases(fresh->size());
   std::vector<at::Tensor> outputs;
@@ -84,6 +100,7 @@ std::optional<std::vector<at::Tensor>> replay(const engine::CapturedGraph& graph
             static_cast<int64_t>(graph.new_storage_nbytes[o.new_storage]) / element_size(v.dtype);
         b = empty_tpu({numel}, scalar_type(v.dtype), device);
         slot_of(b)->buffer = (*fresh)[o.new_storage];
+        if (fresh_bounds[o.new_storage]) store_bounds(*slot_of(b), *fresh_bounds[o.new_storage]);
       }
       base = b;
     }

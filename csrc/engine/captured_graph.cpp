@@ -13,6 +13,11 @@ bool same_layout(const TensorView& a, const TensorView& b) {
   return a.dtype == b.dtype && a.sizes == b.sizes && a.strides == b.strides && a.offset == b.offset;
 }
 
+bool same_bounds(const std::optional<Bounds>& a, const std::optional<Bounds>& b) {
+  if (!a || !b) return !a && !b;
+  return a->bounds == b->bounds && a->sizes == b->sizes && a->varies == b->varies;
+}
+
 }  // namespace
 
 int first_sharing_storage(const std::vector<TensorView>& views, size_t k) {
@@ -35,7 +40,8 @@ std::optional<std::vector<runtime::BufferPtr>> CapturedGraph::replay(
     const StorageSlot& slot = *args[k].slot;
     if (!same_layout(args[k], inputs[k]) || slot.nbytes != input_nbytes[k] ||
         static_cast<bool>(slot.buffer) != input_had_buffer[k] ||
-        first_sharing_storage(args, k) != input_alias[k]) {
+        first_sharing_storage(args, k) != input_alias[k] ||
+        !same_bounds(slot.bounds, input_bounds[k])) {
       return std::nullopt;
     }
   }

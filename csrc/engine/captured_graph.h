@@ -50,17 +50,23 @@ struct CapturedGraph {
   std::vector<size_t> input_nbytes;
   std::vector<bool> input_had_buffer;
   std::vector<int> input_alias;
+  // Bounds of each input's storage (bounded dynamism), as the program read them.
+  std::vector<std::optional<Bounds>> input_bounds;
   // Program output i replaces the buffer of input output_input[i] (an
   // overwritten input), or is new storage output_storage[i].
   std::vector<int> output_input;
   std::vector<int> output_storage;
   std::vector<size_t> new_storage_nbytes;
+  // Bounds the storage of program output i holds after the call (its buffer
+  // is laid out for them), without their `alive` token.
+  std::vector<std::optional<Bounds>> output_bounds;
   std::vector<CapturedOutput> outputs;
   uint64_t random_consumed = 0;
 
   // Runs the program on `inputs` (the graph's tensor inputs, in order) and
   // returns the buffers of the new storages; nullopt when an input's layout
   // differs from the captured one. Draws random offsets from `generator`.
+  // The caller gives the storages written their output_bounds.
   std::optional<std::vector<runtime::BufferPtr>> replay(const std::vector<TensorView>& inputs,
                                                         RandomState* generator) const;
 };

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <thread>
 #include <unordered_map>
@@ -430,13 +431,27 @@ std::string describe_capture(CapturedGraph& cg, const Graph& g, const Program* p
           v.kind = CapturedGraph::ParamValue::Kind::Constant;
           break;
         case Param::Source::InputSize:
-        case Param::Source::TargetSize:
-          return "an op reads or writes a tensor of bounded varying size";
+        case Param::Source::TargetSize: {
+          // Fixed by the layouts: the inputs' sizes and bounds are the
+          // replay's key, and every other size follows from them.
+          const TensorView& view = p.source == Param::Source::InputSize
+                                       ? op->sig->inputs[p.index]->view
+                                       : op->call->targets[p.index];
+          auto size = static_cast<int32_t>(view.stored->sizes[p.dim]);
+          v.host.type = ElementType::S32;
+          std::memcpy(v.host.bytes, &size, sizeof size);
+          break;
+        }
       }
       cg.params.push_back(std::move(v));
     }
     for (int s : program->output_slots) {
       const PendingSlot& ps = g.slots[s];
+      std::optional<Bounds>& bounds = cg.output_bounds.emplace_back();
+      if (ps.live && ps.live->bounds) {
+        bounds = *ps.live->bounds;
+        bounds->alive = nullptr;
+      }
       int k = input_of(ps.live);
       cg.output_input.push_back(k);
       cg.output_storage.push_back(k >= 0 ? -1 : static_cast<int>(cg.new_storage_nbytes.size()));
@@ -486,6 +501,8 @@ std::shared_ptr<CapturedGraph> end_capture(int device, const std::vector<TensorV
                                        ? static_cast<bool>(in.slot->pending->shadow.buffer)
                                        : static_cast<bool>(in.slot->buffer));
     cg->input_alias.push_back(first_sharing_storage(inputs, k));
+    std::optional<Bounds>& bounds = cg->input_bounds.emplace_back(in.slot->bounds);
+    if (bounds) bounds->alive = nullptr;
   }
   std::string problem = g.broken;
   bool for_device = std::all_of(inputs.begin(), inputs.end(),
