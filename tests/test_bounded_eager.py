@@ -256,8 +256,8 @@ def test_a_split_that_cannot_tell_its_varying_dimension_runs_per_size():
 
 
 def test_linear_layers_over_a_batch_keep_the_varying_dimension():
-    # PyTorch's linear and matmul fold [batch, n, features] into [batch * n, features];
-    # on tensors with bounds they run as batched products instead.
+    # PyTorch's linear and matmul fold [batch, n, features] into [batch * n, features],
+    # a view whose bound is batch * 16, and split the product back.
     torch.manual_seed(0)
     cpu = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
     tpu = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8)).to("tpu")

@@ -837,42 +837,6 @@ std::optional<BoundedPlan> plan_bounded(
   return plan;
 }
 
-// ---------------------------------------------------------------- batched products
-
-namespace {
-
-// A linear layer or matmul of a [batch, n, k] tensor of bounded sizes (batch > 1):
-// PyTorch's composites fold batch and n into one dimension, a reshape that cannot
-// keep a varying size (the product would run per size); a batched product keeps
-// them apart. Other calls take the composites.
-bool folds_varying(const at::Tensor& x) {
-  // has_bounds first: the sizes of a traced (fake) tensor are not to be read.
-  return g_bounds_used && has_bounds(x) && x.dim() == 3 && x.size(0) > 1;
-}
-
-at::Tensor batched(const at::Tensor& x, const at::Tensor& w) {
-  return at::bmm(x, w.expand({x.size(0), w.size(0), w.size(1)}));
-}
-
-at::Tensor matmul_at_bounds(const at::Tensor& a, const at::Tensor& b) {
-  if (b.dim() == 2 && folds_varying(a)) return batched(a, b);
-  return at::native::matmul(a, b);
-}
-
-at::Tensor linear_at_bounds(const at::Tensor& x, const at::Tensor& w,
-                            const std::optional<at::Tensor>& bias) {
-  if (w.dim() != 2 || !folds_varying(x)) return at::native::linear(x, w, bias);
-  at::Tensor y = batched(x, w.t());
-  return bias && bias->defined() ? y + *bias : y;
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
-  m.impl("matmul", matmul_at_bounds);
-  m.impl("linear", linear_at_bounds);
-}
-
 WithoutBounds::WithoutBounds() : was_(g_without_bounds) { g_without_bounds = true; }
 WithoutBounds::~WithoutBounds() { g_without_bounds = was_; }
 
