@@ -5,7 +5,7 @@ eager. ``debug`` is strict with every launch waited for (so a failure surfaces a
 that caused it); ``TPU_LAUNCH_BLOCKING=1`` selects it. ``defer_and_fuse`` records ops into
 a graph of pending values and runs the graph as one fused, cached program when a value is
 needed on the host (``.item()``, ``.cpu()``, printing, ``torch.save``), on
-``torch.tpu.synchronize()``, at the end of ``optimizer.step()``, on a mode switch, or when
+``torch.tpu.synchronize()``, at the start and end of ``optimizer.step()``, on a mode switch, or when
 the graph reaches ``TORCH_TPU_DEFER_MAX_OPS`` ops; ``TORCH_TPU_DEFER_AND_FUSE=1`` selects
 it. Results are the same in every mode.
 """
@@ -74,13 +74,20 @@ def _init_from_env() -> None:
     elif _flag("TPU_LAUNCH_BLOCKING"):
         set_eager_mode(EagerMode.DEBUG)
     # The end of an optimizer step is where a training step repeats: cutting the
-    # pending graph there makes every step yield the same (cached) graphs.
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    # pending graph there makes every step yield the same (cached) graphs. Its start
+    # too: the first step creates the optimizer's state and the second does not, so
+    # a step cut only at its end is two graphs to compile, each the whole step; cut
+    # at both, the second step compiles only the optimizer's steady update.
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
 
-    register_optimizer_step_post_hook(_end_of_step)
+    register_optimizer_step_pre_hook(_cut_at_step)
+    register_optimizer_step_post_hook(_cut_at_step)
 
 
-def _end_of_step(*_) -> None:
+def _cut_at_step(*_) -> None:
     # Inside torch.compile the step is part of a compiled graph: no cut (and
     # Dynamo folds this branch away instead of breaking the graph at _C).
     if not torch.compiler.is_compiling():
