@@ -107,6 +107,12 @@ CASES = {
         lambda x: x.reshape(-1, 8).t() @ (x * 2).reshape(-1, 8),
         lambda n: [randn(3, n, 8)],
     ),
+    "an empty slice of a split view beside the rest (Phi-3's rotary pass-through)": (
+        lambda x, w: (lambda y: torch.cat([y * 2, y[..., 6:]], -1))(
+            (x.view(-1, 8) @ w).view(x.shape[0], -1, 6)
+        ),
+        lambda n: [randn(3, n, 8), W],
+    ),
     "merged with a varying outer dimension": (
         lambda x: (x.reshape(-1, 8) @ W.to(x.device)).reshape(-1, 4, 6).softmax(0),
         lambda n: [randn(n, 4, 8)],
@@ -244,6 +250,21 @@ def test_a_view_merging_the_varying_dimension_keeps_it():
     # [2 * n, 8] view hold them alike, so the view varies with bound 2 * 16.
     made = check_sizes(lambda x: x.reshape(-1, 8) * 2, lambda n: [randn(2, n, 8)])
     assert made == [0] * (len(SIZES) - 1)
+
+
+def test_a_write_at_its_own_sizes_into_a_split_view_keeps_the_bounds():
+    # Falcon's `mlp_output += attention_output` with the attention output of static
+    # size: the write runs per size, and the [3, n, 6] view is all of the stored
+    # [3 * n, 6] product's valid entries, so the storage keeps its bounds.
+    x, s = randn(3, 5, 8), randn(3, 5, 6, seed=2)
+    y = (marked(x).view(-1, 8) @ W.to("tpu")).view(3, 5, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # add_ runs per size (warned once a process)
+        y.add_(s.to("tpu"))
+    assert _C._has_bounds(y)
+    torch.testing.assert_close(
+        (y * 2).sum(1).cpu(), ((x.view(-1, 8) @ W).view(3, 5, 6) + s).mul(2).sum(1)
+    )
 
 
 def test_a_split_that_cannot_tell_its_varying_dimension_runs_per_size():

@@ -40,11 +40,12 @@ class BoundedDynamicDimension:
 def mark_dynamic(tensor: torch.Tensor, dim: int, min: int, max: int) -> None:
     """Marks dimension ``dim`` of ``tensor`` as varying between ``min`` and ``max``.
 
-    ``torch.compile(..., options={"bounded_dynamism": True})`` then compiles one program
-    for every size of that dimension up to ``max`` (Dynamo's ``mark_dynamic`` with the
-    same bounds). In eager execution a tpu tensor's values move into a storage sized for
-    its bounds, and ops on it run programs computed at the bounds (one for every size),
-    whose results carry the bounds on; see docs/design.md for the ops that do."""
+    A tpu tensor's values move into a storage sized for its bounds, and ops on it run
+    programs computed at the bounds (one for every size), whose results carry the bounds
+    on; see docs/design.md for the ops that do. Dynamo sees the same bounds
+    (``torch._dynamo.mark_dynamic``): a compiled graph of it is symbolic, and each size
+    is recorded from those ops into the first size's programs. On a CPU tensor the mark
+    is Dynamo's only, for ``torch.compile(..., options={"bounded_dynamism": True})``."""
     import torch._dynamo
 
     if not isinstance(tensor, torch.Tensor):

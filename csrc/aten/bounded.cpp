@@ -258,7 +258,7 @@ std::optional<engine::Dims> covering_shape(const at::Tensor& t, int64_t total) {
 // operands fit together at the bounds.
 std::optional<engine::Bounds> reshaped_bounds(const at::Tensor& t, const engine::Bounds& stored) {
   const int64_t total = product(stored.sizes);
-  if (t.numel() == 0 || total == 0 || t.storage_offset() >= total) return std::nullopt;
+  if (total == 0 || t.storage_offset() >= total) return std::nullopt;
   std::optional<engine::Dims> shape = covering_shape(t, total);
   if (!shape || *shape == stored.sizes) return std::nullopt;
   engine::Bounds out{*shape, *shape, std::vector<bool>(shape->size(), false)};
@@ -419,7 +419,9 @@ void written_at_own_sizes(const at::Tensor& t) {
   if (!g_bounds_used) return;
   engine::StorageSlot* slot = whole_slot(t);
   if (!slot || !slot->bounds) return;
-  if (t.sizes().vec() == slot->bounds->sizes && t.is_contiguous() && t.storage_offset() == 0)
+  // All the valid entries in row-major order, in any shape ([2, n, d] of a stored
+  // [2 * n, d]): the storage keeps them where its bounds say.
+  if (t.numel() == product(slot->bounds->sizes) && t.is_contiguous() && t.storage_offset() == 0)
     return;
   slot->bounds.reset();
 }

@@ -42,7 +42,8 @@ void store_bounds(engine::StorageSlot& slot, engine::Bounds bounds);
 void set_bounds(const at::Tensor& t, c10::IntArrayRef bounds, const std::vector<bool>& varies);
 
 // `t` written at its own sizes: its storage keeps its bounds only when `t` is
-// the whole stored tensor (any other write may lay it out anew).
+// all of the stored tensor's valid entries in row-major order (any other write
+// may lay it out anew).
 void written_at_own_sizes(const at::Tensor& t);
 
 // Results of `cat` whose size along the concatenated dimension has been seen
