@@ -61,11 +61,8 @@ class KeyWriter {
     put_dims(v.sizes);
     // A dimension of size 1 is read at no stride: views differing there (x[:, -1]
     // of a growing x) share the program.
-    Dims strides = v.strides;
-    for (size_t d = 0; d < strides.size(); ++d) {
-      if (v.sizes[d] == 1) strides[d] = 0;
-    }
-    put_dims(strides);
+    put(static_cast<uint8_t>(v.strides.size()));
+    for (size_t d = 0; d < v.strides.size(); ++d) put(v.sizes[d] == 1 ? int64_t{0} : v.strides[d]);
     put(v.offset == 0);
     put(static_cast<uint8_t>(v.follows.size()));
     if (!v.bounded()) return;
@@ -126,6 +123,13 @@ void put_call(KeyWriter& k, const OpCall& call,
 
 Signature signature(const OpCall& call, hlo::Precision precision) {
   Signature sig;
+  // Most calls fit: the key and the lists then grow without reallocating (the
+  // host's work per op is counted in mallocs).
+  sig.key.reserve(512);
+  sig.slots.reserve(4);
+  sig.inputs.reserve(4);
+  sig.input_slot.reserve(4);
+  sig.target_slot.reserve(2);
   KeyWriter k(sig.key);
   put_call(k, call, [&](const Input& in) {
     sig.inputs.push_back(&in);
