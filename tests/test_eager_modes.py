@@ -237,10 +237,10 @@ def test_training_steps_repeat_cached_graphs(deferred):
     torch.testing.assert_close(losses, losses_cpu, rtol=1e-4, atol=1e-5)
     # A step is two programs, cut at the start and end of optimizer.step(): the
     # forward and backward, then the update. The first step creates Adam's state, so
-    # the second makes (compiles or loads) its steady update, and nothing else; then
-    # nothing.
-    assert counts[0] == (2, 2) and counts[1] == (2, 1), counts
-    assert counts[2:] == [(2, 0)] * 4, counts
+    # the second makes (compiles or loads) at most its steady update (none when an
+    # earlier test of the process made it); then nothing.
+    assert [e for e, _ in counts] == [2] * len(counts), counts
+    assert counts[1][1] <= 1 and [m for _, m in counts[2:]] == [0] * 4, counts
 
 
 def test_debug_mode_raises_at_the_op():
