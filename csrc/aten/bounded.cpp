@@ -514,30 +514,39 @@ at::Tensor at_bounds(const at::Tensor& t, const BoundedPlan::Operand& in, int64_
   return s;
 }
 
-// A broadcast operand (an expanded tensor: a stride-0 gradient of a sum, a
-// scalar made the size of a varying tensor) has one value along a dimension
-// that broadcasting lines up with a varying one of the same size: read at the
-// bound, it fits the others there.
+// `t` read with its broadcast dimensions (stride 0: a sum's expanded gradient, a
+// scalar made the size of a varying tensor) stretched to the bound that
+// `bound_of(d)` gives dimension d (less than its size: none): along them it has
+// one value, so read at the bound it fits bounded operands there. Nullopt when
+// no dimension stretches.
 std::optional<BoundedPlan::Operand> stretched(const at::Tensor& t,
-                                              const std::vector<BoundedPlan::Operand>& bounded) {
+                                              const std::function<int64_t(int64_t)>& bound_of) {
   if (!is_tpu(t) || t.dim() == 0) return std::nullopt;
   BoundedPlan::Operand in{t.unsafeGetTensorImpl(), view_of(t),
                           std::vector<bool>(static_cast<size_t>(t.dim()), false)};
   bool any = false;
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (t.stride(d) != 0 || t.size(d) <= 1) continue;
-    const int64_t from_end = t.dim() - d;
-    for (const BoundedPlan::Operand& b : bounded) {
-      const int64_t e = static_cast<int64_t>(b.varies.size()) - from_end;
-      if (e < 0 || !b.varies[e] || b.view.follows[e] < 0) continue;
-      if (b.view.stored->sizes[b.view.follows[e]] != t.size(d)) continue;
-      in.view.sizes[d] = b.view.sizes[e];
-      in.varies[d] = any = true;
-      break;
-    }
+    const int64_t bound = bound_of(d);
+    if (bound < t.size(d)) continue;
+    in.view.sizes[d] = bound;
+    in.varies[d] = any = true;
   }
   if (!any) return std::nullopt;
   return in;
+}
+
+// The bound of a varying dimension of `bounded` that broadcasting lines up with
+// dimension d of `t` and that has its size, or 0.
+int64_t aligned_bound(const at::Tensor& t, int64_t d,
+                      const std::vector<BoundedPlan::Operand>& bounded) {
+  const int64_t from_end = t.dim() - d;
+  for (const BoundedPlan::Operand& b : bounded) {
+    const int64_t e = static_cast<int64_t>(b.varies.size()) - from_end;
+    if (e < 0 || !b.varies[e] || b.view.follows[e] < 0) continue;
+    if (b.view.stored->sizes[b.view.follows[e]] == t.size(d)) return b.view.sizes[e];
+  }
+  return 0;
 }
 
 std::atomic<bool> g_automatic{[] {
@@ -677,18 +686,9 @@ bool broadcasts_at_live_bounds(const c10::OperatorHandle& op, c10::ArrayRef<c10:
   for (const c10::IValue& v : args) {
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!all || !t.defined() || t.dim() == 0) return;
-      BoundedPlan::Operand in{t.unsafeGetTensorImpl(), view_of(t),
-                              std::vector<bool>(static_cast<size_t>(t.dim()), false)};
-      bool stretched = false;
-      for (int64_t d = 0; d < t.dim() && is_tpu(t); ++d) {
-        if (t.stride(d) != 0 || t.size(d) <= 1) continue;
-        const int64_t bound = varying_bound(t.size(d));
-        if (bound < t.size(d)) continue;
-        in.view.sizes[d] = bound;
-        in.varies[d] = stretched = true;
-      }
-      if (stretched) {
-        plan.inputs.push_back(std::move(in));
+      auto in = stretched(t, [&](int64_t d) { return varying_bound(t.size(d)); });
+      if (in) {
+        plan.inputs.push_back(std::move(*in));
       } else {
         all = false;
       }
@@ -778,7 +778,8 @@ std::optional<BoundedPlan> plan_bounded(
   for (const c10::IValue& v : args) {
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined() || plan.view(t)) return;
-      if (auto in = stretched(t, bounded)) plan.inputs.push_back(std::move(*in));
+      auto bound_of = [&](int64_t d) { return aligned_bound(t, d, bounded); };
+      if (auto in = stretched(t, bound_of)) plan.inputs.push_back(std::move(*in));
     });
   }
   auto meta_with = [&](int64_t shrink) {
