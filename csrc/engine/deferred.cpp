@@ -434,10 +434,7 @@ std::string describe_capture(CapturedGraph& cg, const Graph& g, const Program* p
         case Param::Source::TargetSize: {
           // Fixed by the layouts: the inputs' sizes and bounds are the
           // replay's key, and every other size follows from them.
-          const TensorView& view = p.source == Param::Source::InputSize
-                                       ? op->sig->inputs[p.index]->view
-                                       : op->call->targets[p.index];
-          auto size = static_cast<int32_t>(view.stored->sizes[p.dim]);
+          const int32_t size = stored_size(p, *op);
           v.host.type = ElementType::S32;
           std::memcpy(v.host.bytes, &size, sizeof size);
           break;

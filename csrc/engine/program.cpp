@@ -600,17 +600,19 @@ runtime::Launch launch_program(const Program& program, int device,
         break;
       case Param::Source::InputSize:
       case Param::Source::TargetSize: {
-        const ProgramOp& op = ops[param.op];
-        const TensorView& v = param.source == Param::Source::InputSize
-                                  ? op.sig->inputs[param.index]->view
-                                  : op.call->targets[param.index];
-        auto size = static_cast<int32_t>(v.stored->sizes[param.dim]);
+        const int32_t size = stored_size(param, ops[param.op]);
         params.push_back(backend.scalar_buffer(device, ElementType::S32, &size));
         break;
       }
     }
   }
   return launch_with(program, device, std::move(params));
+}
+
+int32_t stored_size(const Param& param, const ProgramOp& op) {
+  const TensorView& v = param.source == Param::Source::InputSize ? op.sig->inputs[param.index]->view
+                                                                 : op.call->targets[param.index];
+  return static_cast<int32_t>(v.stored->sizes[param.dim]);
 }
 
 // ---------------------------------------------------------------- HostScalar

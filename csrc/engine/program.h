@@ -118,6 +118,8 @@ runtime::Launch launch_with(const Program& program, int device,
                             std::vector<runtime::BufferPtr> params);
 // A view offset as a parameter of `type` (s32 or s64) takes it.
 HostScalar offset_scalar(int64_t offset, ElementType type);
+// The varying size an InputSize or TargetSize parameter of `op` takes.
+int32_t stored_size(const Param& param, const ProgramOp& op);
 // The generator state a random op's parameter takes.
 runtime::BufferPtr random_state_buffer(int device, uint64_t seed, uint64_t offset);
 
