@@ -1,12 +1,13 @@
-"""Strict eager vs DeferAndFuse on training steps.
+"""Strict eager vs DeferAndFuse vs torch.compile on training steps.
 
 Measures, in one run, steps/s of a training step (forward, backward, AdamW) in
-``strict`` and ``defer_and_fuse`` mode for a small transformer (4 layers, width 256,
-sequence 128) and the MLP and CNN of the foundation tests, with executions per step and
-compiles in the timed rounds, and prints the ratios. Each mode warms up until a step needs
-no new program, so the rounds time execution even at small settings. Both modes start
-from the same weights and draw the same batches; the final losses are printed side by
-side. Run:
+``strict`` and ``defer_and_fuse`` eager mode and compiled whole with
+``torch.compile(backend="tpu")`` (``compiled``, in strict eager) for a small transformer
+(4 layers, width 256, sequence 128) and the MLP and CNN of the foundation tests, with
+executions per step and compiles in the timed rounds, and prints the ratios. Each variant
+warms up until a step needs no new program, so the rounds time execution even at small
+settings (``--steps 3 --rounds 3 --only mlp`` for a quick check). All start from the same
+weights and draw the same batches; the final losses are printed side by side. Run:
 ``.venv/bin/python benchmarks/eager_modes.py [--steps 10] [--rounds 5] [--batch 1]``.
 """
 
@@ -124,27 +125,36 @@ def workloads(batch: int):
     }
 
 
-class Trainer:
-    """One model and optimizer trained in one eager mode; both modes start from the same
-    weights and see the same batches."""
+VARIANTS = ("strict", "defer_and_fuse", "compiled")
 
-    def __init__(self, make_model, make_batch, mode: str, batches: int):
+
+class Trainer:
+    """One model and optimizer trained in one variant; all start from the same weights
+    and see the same batches."""
+
+    def __init__(self, make_model, make_batch, variant: str, batches: int):
         torch.manual_seed(0)
-        self.mode = mode
+        self.mode = "strict" if variant == "compiled" else variant
         self.model = make_model().to("tpu")
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3)
         g = torch.Generator().manual_seed(1)
         self.data = [tuple(t.to("tpu") for t in make_batch(g)) for _ in range(batches)]
         self.next = 0
+        self.train = (
+            torch.compile(self._train, backend="tpu") if variant == "compiled" else self._train
+        )
 
-    def step(self):
-        x, y = self.data[self.next % len(self.data)]
-        self.next += 1
+    def _train(self, x, y):
         self.opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(self.model(x), y)
         loss.backward()
         self.opt.step()
         return loss
+
+    def step(self):
+        x, y = self.data[self.next % len(self.data)]
+        self.next += 1
+        return self.train(x, y)
 
     def timed(self, steps: int):
         """Steps/s, executions and compiles of `steps` steps run back to back."""
@@ -178,19 +188,21 @@ def warm_up(trainers: dict[str, Trainer], steps: int, limit: int = 50) -> int:
     return done
 
 
+# (numerator, denominator) of the printed ratios
+RATIOS = (("defer_and_fuse", "strict"), ("compiled", "strict"), ("compiled", "defer_and_fuse"))
+
+
 def compare(make_model, make_batch, steps: int, warmup: int, rounds: int):
-    """Rounds of `steps` steps alternate between the modes, so a slow spell of the
-    machine hits both; each mode's figure is its median round."""
-    trainers = {
-        mode: Trainer(make_model, make_batch, mode, warmup + steps)
-        for mode in ("strict", "defer_and_fuse")
-    }
+    """Rounds of `steps` steps alternate between the variants, so a slow spell of the
+    machine hits all; each variant's figure is its median round, each ratio the median
+    of the rounds' ratios."""
+    trainers = {v: Trainer(make_model, make_batch, v, warmup + steps) for v in VARIANTS}
     warmed = warm_up(trainers, warmup)
     rounds_of = {mode: [] for mode in trainers}
     for _ in range(rounds):
         for mode, t in trainers.items():
             rounds_of[mode].append(t.timed(steps))
-    ratios = [f[0] / s[0] for s, f in zip(rounds_of["strict"], rounds_of["defer_and_fuse"])]
+    ratios = {(a, b): [x[0] / y[0] for x, y in zip(rounds_of[a], rounds_of[b])] for a, b in RATIOS}
     results = {}
     for mode, t in trainers.items():
         rs = rounds_of[mode]
@@ -222,13 +234,13 @@ def main(args: argparse.Namespace) -> None:
                 f"{name:<12} {mode:<15} {r['steps_per_s']:9.2f} {r['executions']:10.1f}"
                 f" {r['compiles']:9d} {r['loss']:10.5f}"
             )
-        strict, fused = results["strict"], results["defer_and_fuse"]
-        print(
-            f"{name:<12} defer_and_fuse/strict: {statistics.median(ratios):.2f}x steps/s (median of"
-            f" the rounds' ratios: {' '.join(f'{r:.2f}' for r in ratios)}),"
-            f" {strict['executions'] / max(fused['executions'], 1e-9):.0f}x fewer executions per step,"
-            f" after {warmed} warm-up steps"
-        )
+        for (a, b), rs in ratios.items():
+            print(
+                f"{name:<12} {a}/{b}: {statistics.median(rs):.2f}x steps/s (rounds:"
+                f" {' '.join(f'{r:.2f}' for r in rs)}), executions per step"
+                f" {results[a]['executions']:.0f} vs {results[b]['executions']:.0f}"
+            )
+        print(f"{name:<12} after {warmed} warm-up steps")
 
 
 if __name__ == "__main__":

@@ -115,6 +115,39 @@ def test_replay_runs_one_execution_per_graph_and_compiles_nothing(all_captured):
     assert after["executions"] - before["executions"] <= 4
 
 
+def test_compiled_optimizer_keeps_its_step_counters_on_tpu(all_captured):
+    """Dynamo makes an optimizer of CUDA parameters capturable when it traces its first
+    step (the `step` counters are made on the device); tpu's get the same. With the
+    counters on the host the optimizer's graph ran op by op."""
+    torch.manual_seed(0)
+    cpu_model = mlp()
+    model = copy.deepcopy(cpu_model).to("tpu")
+    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-2, eps=1e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=1e-3)
+    step = torch.compile(train_step, backend="tpu")
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x, y = data("mlp", g)
+        before = torch_tpu.metrics()
+        loss = step(model, opt, x.to("tpu"), y.to("tpu")).item()
+        executions = torch_tpu.metrics()["executions"] - before["executions"]
+        assert loss == pytest.approx(train_step(cpu_model, cpu_opt, x, y).item(), rel=1e-4)
+    assert opt.param_groups[0]["capturable"]
+    assert all(s["step"].device.type == "tpu" for s in opt.state.values())
+    assert executions <= 4  # forward, backward's seed, backward, the optimizer
+    for p, q in zip(model.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-3, atol=1e-4)
+
+
+def test_capturable_is_left_alone_for_cpu_parameters():
+    model = mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = data("mlp", torch.Generator().manual_seed(1))
+    torch.compile(train_step, backend="eager")(model, opt, x, y)
+    assert not opt.param_groups[0]["capturable"]
+    assert all(s["step"].device.type == "cpu" for s in opt.state.values())
+
+
 def test_inference_gradients_and_input_mutation():
     def fn(a, b):
         b.mul_(2)  # an input mutated in place

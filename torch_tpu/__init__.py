@@ -98,9 +98,10 @@ _init_eager_mode()
 
 from . import serialization  # noqa: E402, F401
 from .dynamism import get_dynamism_info, mark_dynamic  # noqa: E402
-from ._compile import install_default_backend  # noqa: E402
+from ._compile import install_capturable_optimizers, install_default_backend  # noqa: E402
 
 install_default_backend()
+install_capturable_optimizers()
 
 
 def _freeze_objects_at_exit() -> None:

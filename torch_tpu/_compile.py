@@ -13,6 +13,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import importlib.abc
+import importlib.machinery
+import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -290,6 +293,57 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
             decompositions=_decompositions(),
             keep_inference_input_mutations=True,
         )(gm, example_inputs)
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Runs `patch` on module `name` once it has loaded (now, if it has)."""
+
+    def __init__(self, name: str, patch):
+        self.name, self.patch = name, patch
+        if name in sys.modules:
+            patch(sys.modules[name])
+        else:
+            sys.meta_path.insert(0, self)
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            exec_module = spec.loader.exec_module
+
+            def exec_and_patch(module):
+                exec_module(module)
+                self.patch(module)
+
+            spec.loader.exec_module = exec_and_patch
+        return spec
+
+
+def _capturable_on_tpu(optimizer_module) -> None:
+    """Dynamo makes an optimizer capturable when it first traces the step of one whose
+    parameters are all on CUDA and whose state is empty: its `step` counters are then
+    made on the device. Tpu parameters get the same: with the counters on the host, the
+    optimizer's graph took CPU tensors and ran op by op (67 programs a step of
+    benchmarks/eager_modes.py's transformer instead of 1)."""
+    cls = optimizer_module.OptimizerVariable
+    set_capturable = cls._set_capturable
+
+    def _set_capturable(self, tx) -> None:
+        state = self.value.state
+        for group in self.value.param_groups:
+            params = group.get("params", [])
+            if "capturable" in group and all(_is_tpu_tensor(p) and p not in state for p in params):
+                group["capturable"] = True
+        set_capturable(self, tx)
+
+    cls._set_capturable = _set_capturable
+
+
+def install_capturable_optimizers() -> None:
+    """Optimizers of tpu parameters traced by Dynamo are capturable, as CUDA's are."""
+    _PatchOnImport("torch._dynamo.variables.optimizer", _capturable_on_tpu)
 
 
 def _is_tpu_tensor(t) -> bool:
