@@ -9,6 +9,7 @@
 #include <ATen/native/Resize.h>
 #include <c10/util/strides.h>
 
+#include <memory>
 #include <unordered_map>
 
 #include "aten/argument_checks.h"
@@ -36,6 +37,8 @@ struct MetaResult {
   // Sizes the mutated arguments have after the call (out= tensors get resized).
   std::vector<std::vector<std::vector<int64_t>>> mutated_sizes;
 };
+// Shared with the cache: a cache hit copies nothing.
+using MetaPtr = std::shared_ptr<const MetaResult>;
 
 struct Binding {
   const lower::Rule* rule = nullptr;
@@ -58,7 +61,7 @@ struct Binding {
   std::optional<c10::OperatorHandle> functional_op;
   // Meta results by argument signature: the meta kernel runs once per signature.
   mutable std::mutex meta_mutex;
-  mutable std::unordered_map<std::string, MetaResult> meta_cache;
+  mutable std::unordered_map<std::string, MetaPtr> meta_cache;
 };
 
 std::unordered_map<std::string, Binding>& bindings() {
@@ -577,8 +580,9 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
   return result;
 }
 
-std::optional<MetaResult> meta_results(const Binding& binding, const c10::OperatorHandle& op,
-                                       c10::ArrayRef<c10::IValue> args) {
+// Null when the operator has no meta kernel.
+MetaPtr meta_results(const Binding& binding, const c10::OperatorHandle& op,
+                     c10::ArrayRef<c10::IValue> args) {
   std::optional<std::string> key = meta_key(binding, op.schema(), args);
   if (key) {
     std::lock_guard<std::mutex> lock(binding.meta_mutex);
@@ -586,11 +590,13 @@ std::optional<MetaResult> meta_results(const Binding& binding, const c10::Operat
     if (it != binding.meta_cache.end()) return it->second;
   }
   std::optional<MetaResult> result = run_meta(binding, op, args);
-  if (key && result) {
+  if (!result) return nullptr;
+  auto shared = std::make_shared<const MetaResult>(std::move(*result));
+  if (key) {
     std::lock_guard<std::mutex> lock(binding.meta_mutex);
-    binding.meta_cache.emplace(*key, *result);
+    binding.meta_cache.emplace(std::move(*key), shared);
   }
-  return result;
+  return shared;
 }
 
 // ---------------------------------------------------------------- kernel
@@ -619,8 +625,8 @@ void type_tensor_lists(torch::jit::Stack& stack, const c10::FunctionSchema& sche
 void lay_out_like_functional(const Binding& binding, c10::ArrayRef<c10::IValue> args, size_t m,
                              const at::Tensor& out) {
   if (!binding.functional || out.numel() == 0) return;
-  std::optional<MetaResult> meta = meta_results(*binding.functional, *binding.functional_op,
-                                                args.slice(0, binding.rule_args.size()));
+  MetaPtr meta = meta_results(*binding.functional, *binding.functional_op,
+                              args.slice(0, binding.rule_args.size()));
   if (!meta || m >= meta->returns.size() || meta->is_list[m] || !meta->returns[m].at(0)) return;
   const TensorMeta& result = *meta->returns[m][0];
   const int64_t itemsize = static_cast<int64_t>(out.dtype().itemsize());
@@ -642,8 +648,7 @@ bool computed_apart_from_out(const Binding& binding, torch::jit::Stack* stack,
                              c10::ArrayRef<c10::IValue> args) {
   if (!binding.functional) return false;
   const size_t n = binding.rule_args.size();
-  std::optional<MetaResult> meta =
-      meta_results(*binding.functional, *binding.functional_op, args.slice(0, n));
+  MetaPtr meta = meta_results(*binding.functional, *binding.functional_op, args.slice(0, n));
   if (!meta || meta->returns.size() != binding.mutated.size()) return false;
   for (int alias : binding.return_alias) {
     if (alias < 0) return false;
@@ -692,8 +697,20 @@ void check_linalg_errors(const std::string& op, const at::Tensor& info) {
 
 const c10::OperatorName abs_out{"aten::abs", "out"};
 
-void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// The binding of `op`, found by the address of its schema: a lookup by name
+// would build the name's string for every op run.
+const Binding& binding_of(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, const Binding*> by_schema;
+  const c10::FunctionSchema* schema = &op.schema();
+  auto it = by_schema.find(schema);
+  if (it != by_schema.end()) return *it->second;
   const Binding& binding = bindings().at(full_name(op.operator_name()));
+  by_schema.emplace(schema, &binding);
+  return binding;
+}
+
+void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const Binding& binding = binding_of(op);
   const auto& schema = op.schema();
   const size_t num_args = schema.arguments().size();
   type_tensor_lists(*stack, schema);
@@ -736,7 +753,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // PyTorch's reference abs wants out= of the result's exact dtype; ATen's
   // kernel casts |z| into a complex out too.
   if (op.operator_name() == abs_out && computed_apart_from_out(binding, stack, args)) return;
-  std::optional<MetaResult> meta = meta_results(binding, op, args);
+  MetaPtr meta = meta_results(binding, op, args);
   if (!meta) {
     cpu_fallback(op, stack);
     return;
@@ -765,7 +782,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       plan_bounded(op, args, meta->returns, binding.mutated, binding.return_alias,
                    [&](c10::ArrayRef<c10::IValue> stand_in) -> std::optional<ReturnLayouts> {
                      try {
-                       std::optional<MetaResult> m = meta_results(binding, op, stand_in);
+                       MetaPtr m = meta_results(binding, op, stand_in);
                        return m ? std::optional<ReturnLayouts>(m->returns) : std::nullopt;
                      } catch (const std::exception&) {
                        return std::nullopt;

@@ -240,7 +240,7 @@ void Backend::drain(int device, size_t keep) {
       // start from a clean one rather than fail on it too.
       check_codes_[device] = nullptr;
       check_code_unread_[device] = false;
-      throw runtime::Error("asynchronous execution of " + p.op + " failed on tpu: " + status, 13);
+      throw runtime::Error("asynchronous execution of " + *p.op + " failed on tpu: " + status, 13);
     }
   }
 }
@@ -253,9 +253,9 @@ runtime::Launch Backend::launch(const runtime::Executable& executable, int devic
   return launch;
 }
 
-void Backend::track(int device, runtime::Event done, const std::string& op,
+void Backend::track(int device, runtime::Event done, const std::string* op,
                     std::shared_ptr<runtime::Executable> executable) {
-  if (auto finished = trace_device_work(DeviceWork::Program, device, op)) {
+  if (auto finished = trace_device_work(DeviceWork::Program, device, *op)) {
     done.on_ready(std::move(finished));
   }
   pending_[device].push_back({std::move(done), op, std::move(executable)});

@@ -62,7 +62,8 @@ class Backend {
   // earlier launch when the queue is drained (always, under
   // TPU_LAUNCH_BLOCKING=1).
   // `executable` is kept until the launch completes (the plan cache may drop it).
-  void track(int device, runtime::Event done, const std::string& op,
+  // `op` is an interned name (engine/program.h): it outlives the launch.
+  void track(int device, runtime::Event done, const std::string* op,
              std::shared_ptr<runtime::Executable> executable = nullptr);
   // The data-check error code programs pass on (data_checks.h): zeros until
   // a program with checks ran since it was last read.
@@ -102,7 +103,7 @@ class Backend {
   Backend();
   struct Pending {
     runtime::Event done;
-    std::string op;
+    const std::string* op;
     std::shared_ptr<runtime::Executable> executable;
   };
   // Awaits the oldest launches of `device` until `keep` are in flight.

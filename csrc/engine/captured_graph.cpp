@@ -77,7 +77,7 @@ std::optional<std::vector<runtime::BufferPtr>> CapturedGraph::replay(
       fresh[output_storage[i]] = std::move(launch.outputs[i]);
     }
   }
-  backend.track(device, std::move(launch.done), *program->name, program->executable);
+  backend.track(device, std::move(launch.done), program->name, program->executable);
   return fresh;
 }
 

@@ -222,7 +222,7 @@ void flush_graph(int device, FlushReason reason, const ProgramInspector& inspect
       live->producer = program.name;
     }
     release(nullptr);
-    backend.track(device, std::move(launch.done), *program.name, program.executable);
+    backend.track(device, std::move(launch.done), program.name, program.executable);
   } catch (const std::exception& e) {
     // The written storages can never get their values: reading them raises
     // this failure.

@@ -109,7 +109,7 @@ void run_now(const OpCall& call) {
     slot->buffer = std::move(launch.outputs[i]);
     slot->producer = program.name;
   }
-  backend.track(call.device, std::move(launch.done), call.name, program.executable);
+  backend.track(call.device, std::move(launch.done), program.name, program.executable);
 }
 
 }  // namespace

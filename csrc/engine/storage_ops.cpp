@@ -8,6 +8,7 @@
 #include "engine/backend.h"
 #include "engine/deferred.h"
 #include "engine/executor.h"
+#include "engine/program.h"
 #include "engine/view_layout.h"
 #include "lower/lowering.h"
 
@@ -52,7 +53,8 @@ void resize_storage(StorageSlot& slot, size_t nbytes) {
   runtime::Launch launch = backend.launch(*exe, slot.device, {slot.buffer.get()}, {});
   slot.buffer = std::move(launch.outputs[0]);
   slot.nbytes = nbytes;
-  backend.track(slot.device, std::move(launch.done), "resize_");
+  static const std::string* const resize = interned("resize_");
+  backend.track(slot.device, std::move(launch.done), resize);
 }
 
 void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64_t numel,
