@@ -832,7 +832,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   engine::OpCall call;
-  call.name = binding.name;
+  call.name = &binding.name;
   call.rule = bounded && bounded->rule ? lower::find_rule(bounded->rule) : binding.rule;
   call.device = device;
   for (const at::Tensor& t : targets) wide |= t.defined() && t.scalar_type() == at::kDouble;

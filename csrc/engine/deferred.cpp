@@ -120,8 +120,8 @@ std::string program_name(const Graph& g) {
   std::vector<const std::string*> names;
   for (const RecordedOp& op : g.ops) {
     bool seen = false;
-    for (const std::string* n : names) seen |= *n == op.call.name;
-    if (!seen) names.push_back(&op.call.name);
+    for (const std::string* n : names) seen |= *n == *op.call.name;
+    if (!seen) names.push_back(op.call.name);
   }
   std::string out = "fused program of " + std::to_string(g.ops.size()) + " ops:";
   for (size_t i = 0; i < names.size() && i < 12; ++i) out += (i ? ", " : " ") + *names[i];

@@ -67,7 +67,7 @@ void run_on_dense_copies(const OpCall& call) {
     for (auto& in : arg.inputs) {
       if (!in || !in->on_device || !in_storage(in->view)) continue;
       TensorView copy = temporary(in->view);
-      copy_view(in->view, copy, call.name);
+      copy_view(in->view, copy, *call.name);
       in->view = copy;
     }
   }
@@ -76,7 +76,7 @@ void run_on_dense_copies(const OpCall& call) {
   }
   run_now(dense);
   for (size_t j = 0; j < call.targets.size(); ++j) {
-    if (in_storage(call.targets[j])) copy_view(dense.targets[j], call.targets[j], call.name);
+    if (in_storage(call.targets[j])) copy_view(dense.targets[j], call.targets[j], *call.name);
   }
 }
 
@@ -96,7 +96,7 @@ void run_now(const OpCall& call) {
       declined.unsupported = e.what();
       return declined;
     }
-    return builder.finish(interned(call.name), std::vector<bool>(storages.size(), true));
+    return builder.finish(interned(*call.name), std::vector<bool>(storages.size(), true));
   });
   if (!program.unsupported.empty()) throw lower::Unsupported(program.unsupported);
 
@@ -122,7 +122,8 @@ void execute(OpCall&& call) {
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
   auto check_device = [&](const TensorView& v) {
     if (v.slot && v.slot->device != call.device) {
-      throw std::invalid_argument(call.name + ": tensors on tpu:" + std::to_string(v.slot->device) +
+      throw std::invalid_argument(*call.name +
+                                  ": tensors on tpu:" + std::to_string(v.slot->device) +
                                   " and tpu:" + std::to_string(call.device) + " in one op");
     }
   };

@@ -49,7 +49,9 @@ struct RandomState {
 };
 
 struct OpCall {
-  std::string name;  // for messages and metrics: "aten::add.Tensor"
+  // For messages and metrics: "aten::add.Tensor"; interned or otherwise
+  // outliving every program (a binding's name).
+  const std::string* name = nullptr;
   const lower::Rule* rule = nullptr;
   std::vector<CallArg> args;
   // Where each result of the rule is written (same order as its results); a

@@ -99,7 +99,7 @@ int slot_index(std::vector<SlotUse>& slots, StorageSlot* slot) {
 // else keys an operand.
 void put_call(KeyWriter& k, const OpCall& call,
               const std::function<void(const Input&)>& put_input) {
-  k.put_str(call.name);
+  k.put_str(*call.name);
   k.put(call.rule);
   for (const CallArg& arg : call.args) {
     k.put(static_cast<uint8_t>(arg.is_operand | (arg.is_list << 1)));
@@ -332,7 +332,7 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
   for (const TensorView& t : call.targets) {
     expected.push_back(t.slot ? hlo::Shape{t.dtype, t.sizes} : hlo::Shape{kept_type, {}});
   }
-  lower::Context ctx(b, call.name, op.precision, Backend::get().platform(), expected);
+  lower::Context ctx(b, *call.name, op.precision, Backend::get().platform(), expected);
   if (call.rule->random) {
     ctx.set_rng_state(
         st.param({ElementType::U64, {2}}, {Param::Source::Random, index, 0, ElementType::U64}));
@@ -352,7 +352,7 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
     throw lower::Unsupported("its lowering loops or sorts, which XLA's padder cannot size");
   }
   if (results.size() != call.targets.size()) {
-    throw std::logic_error("lowering of " + call.name + " returned " +
+    throw std::logic_error("lowering of " + *call.name + " returned " +
                            std::to_string(results.size()) + " results, expected " +
                            std::to_string(call.targets.size()));
   }
@@ -363,7 +363,7 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
     if (!t.slot) continue;
     Value value = lower::convert(b, results[j], t.dtype);
     if (value.dims() != t.sizes) {
-      throw std::logic_error("lowering of " + call.name + " produced " +
+      throw std::logic_error("lowering of " + *call.name + " produced " +
                              hlo::to_string(value.shape) + " for result " + std::to_string(j) +
                              ", expected " + hlo::to_string(hlo::Shape{t.dtype, t.sizes}));
     }
@@ -405,7 +405,7 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
     }
   }
   for (const lower::DataCheck& check : ctx.checks()) {
-    st.checks.push_back({check.failed, check.value, register_data_check(call.name, check)});
+    st.checks.push_back({check.failed, check.value, register_data_check(*call.name, check)});
   }
   if (st.first_random < 0) st.first_random = ctx.random_consumed();
   return ctx.random_consumed();

@@ -107,7 +107,7 @@ void download_view(const TensorView& view, void* dst) {
 
 void copy_view(const TensorView& src, const TensorView& dst, const std::string& op) {
   OpCall call;
-  call.name = op;
+  call.name = interned(op);
   call.rule = lower::find_rule("_tpu_copy");
   call.device = dst.slot->device;
   CallArg arg;

@@ -148,11 +148,19 @@ Executable::~Executable() {
 Launch Executable::execute(int device, const std::vector<Buffer*>& inputs,
                            const std::vector<int64_t>& non_donatable) const {
   const Plugin& plugin = client_->plugin();
-  std::vector<PJRT_Buffer*> args(inputs.size());
+  // Most launches take and make a few buffers: their handle lists stay on the
+  // stack (a launch's host time is counted in mallocs).
+  constexpr size_t kInline = 8;
+  PJRT_Buffer* inline_args[kInline];
+  PJRT_Buffer* inline_outs[kInline] = {};
+  std::vector<PJRT_Buffer*> heap_args, heap_outs;
+  PJRT_Buffer** args = inline_args;
+  if (inputs.size() > kInline) args = (heap_args.resize(inputs.size()), heap_args.data());
+  PJRT_Buffer** outs = inline_outs;
+  if (num_outputs() > kInline) outs = (heap_outs.resize(num_outputs(), nullptr), heap_outs.data());
   for (size_t i = 0; i < inputs.size(); ++i) args[i] = inputs[i]->get();
-  std::vector<PJRT_Buffer*> outs(num_outputs(), nullptr);
-  PJRT_Buffer* const* arg_list = args.data();
-  PJRT_Buffer** out_list = outs.data();
+  PJRT_Buffer* const* arg_list = args;
+  PJRT_Buffer** out_list = outs;
   PJRT_Event* done = nullptr;
 
   auto options = TPU_ARGS(PJRT_ExecuteOptions, num_hlo_output_callbacks);
@@ -164,15 +172,15 @@ Launch Executable::execute(int device, const std::vector<Buffer*>& inputs,
   exec.options = &options;
   exec.argument_lists = &arg_list;
   exec.num_devices = 1;
-  exec.num_args = args.size();
+  exec.num_args = inputs.size();
   exec.output_lists = &out_list;
   exec.device_complete_events = &done;
   exec.execute_device = client_->device(device);
   plugin.call(Fn::LoadedExecutableExecute, &exec, "PJRT_LoadedExecutable_Execute");
 
   Launch launch{{}, Event(&plugin, done)};
-  launch.outputs.reserve(outs.size());
-  for (size_t i = 0; i < outs.size(); ++i) {
+  launch.outputs.reserve(num_outputs());
+  for (size_t i = 0; i < num_outputs(); ++i) {
     launch.outputs.push_back(
         std::make_shared<Buffer>(&plugin, outs[i], output_types_[i], output_dims_[i], device));
   }
