@@ -400,3 +400,38 @@ def test_a_resized_out_warns_on_every_call_in_the_cpus_words():
     cpu = messages("cpu")
     assert len(cpu) == 6 and "[7, 7], which does not match the required output shape" in cpu[-1]
     assert messages("tpu") == cpu
+
+
+# ---------------------------------------------------------------- reading views back
+
+READ_BACK = {
+    "transpose": lambda x: x.transpose(0, 2),
+    "strided_slice": lambda x: x[1:4, ::2, 3],
+    "inner_slice": lambda x: x[..., 2:],
+    "expanded": lambda x: x.unsqueeze(1).expand(5, 3, 6, 7),
+    "permuted_slice": lambda x: x.permute(2, 0, 1)[3:],
+    "element": lambda x: x[2, 3, 4],
+}
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.int64, torch.bool, torch.complex64, torch.uint8]
+)
+def test_views_of_small_storages_read_back_without_a_program(dtype):
+    """A view of a small storage comes to the host with its storage and is gathered
+    there: reading slices and transposes back compiles nothing."""
+    import torch_tpu
+
+    cpu = (torch.randn(5, 6, 7) * 10).to(dtype)
+    tpu = cpu.to("tpu")
+    before = torch_tpu.metrics()["cache_misses"]
+    for name, view in READ_BACK.items():
+        assert torch.equal(view(tpu).cpu(), view(cpu)), name
+    assert torch_tpu.metrics()["cache_misses"] == before  # no program, not even a cached one
+
+
+def test_a_small_view_of_a_large_storage_is_copied_on_the_device():
+    big = torch.randn(1024, 1024)
+    tpu = big.to("tpu")
+    assert torch.equal(tpu[3, ::7].cpu(), big[3, ::7])
+    assert torch.equal(tpu.t()[5:900].cpu(), big.t()[5:900])

@@ -327,8 +327,10 @@ def _capturable_on_tpu(optimizer_module) -> None:
     made on the device. Tpu parameters get the same: with the counters on the host, the
     optimizer's graph took CPU tensors and ran op by op (67 programs a step of
     benchmarks/eager_modes.py's transformer instead of 1)."""
-    cls = optimizer_module.OptimizerVariable
-    set_capturable = cls._set_capturable
+    cls = getattr(optimizer_module, "OptimizerVariable", None)
+    set_capturable = getattr(cls, "_set_capturable", None)
+    if set_capturable is None:  # another Dynamo: its optimizers as it makes them
+        return
 
     def _set_capturable(self, tx) -> None:
         state = self.value.state

@@ -70,6 +70,44 @@ void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64
   slot.buffer = backend.upload(data, type, {numel}, slot.device, std::move(release));
 }
 
+namespace {
+
+// Storages up to this size are downloaded whole to read any view of them;
+// up to the larger one, when the view holds a quarter of the storage or more.
+constexpr size_t kHostGatherBytes = size_t{1} << 20;
+constexpr size_t kHostGatherMaxBytes = size_t{64} << 20;
+
+bool gathered_on_host(const TensorView& view) {
+  const size_t nbytes = view.slot->nbytes;
+  const size_t view_bytes = static_cast<size_t>(view.numel()) * element_size(view.dtype);
+  return !view.bounded() && element_size(view.slot->element_type()) == element_size(view.dtype) &&
+         (nbytes <= kHostGatherBytes ||
+          (nbytes <= kHostGatherMaxBytes && nbytes <= 4 * view_bytes));
+}
+
+// Copies the elements of `view` from its storage's bytes `storage` to `dst`,
+// densely in row-major order, a row at a time.
+void gather_on_host(const TensorView& view, const unsigned char* storage, unsigned char* dst) {
+  const size_t item = element_size(view.dtype);
+  const size_t rank = view.sizes.size();
+  const bool rows = rank > 0 && view.strides[rank - 1] == 1;
+  const size_t outer = rows ? rank - 1 : rank;  // dimensions stepped one by one
+  const size_t run = rows ? static_cast<size_t>(view.sizes[rank - 1]) * item : item;
+  std::vector<int64_t> index(outer, 0);
+  const int64_t runs = view.numel() * static_cast<int64_t>(item) / static_cast<int64_t>(run);
+  for (int64_t n = 0; n < runs; ++n) {
+    int64_t at = view.offset;
+    for (size_t d = 0; d < outer; ++d) at += index[d] * view.strides[d];
+    std::memcpy(dst + n * run, storage + at * item, run);
+    for (size_t d = outer; d-- > 0;) {
+      if (++index[d] < view.sizes[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
 void download_view(const TensorView& view, void* dst) {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
@@ -94,6 +132,15 @@ void download_view(const TensorView& view, void* dst) {
     std::vector<unsigned char> whole(view.slot->nbytes);
     backend.download(*view.slot->buffer, whole.data(), what);
     std::memcpy(dst, whole.data(), numel * element_size(view.dtype));
+    return;
+  }
+  // A view of a small storage, or of much of a large one, comes over with its
+  // whole storage and is gathered on the host: a device copy would compile a
+  // program per layout (tests reading slices and transposes back, each once).
+  if (gathered_on_host(view)) {
+    std::vector<unsigned char> whole(view.slot->nbytes);
+    backend.download(*view.slot->buffer, whole.data(), what);
+    gather_on_host(view, whole.data(), static_cast<unsigned char*>(dst));
     return;
   }
   // Materialise the view densely on the device first.
