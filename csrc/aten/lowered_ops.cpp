@@ -353,6 +353,7 @@ void resolve_math_bits(torch::jit::Stack& stack, size_t num_args, const Binding&
 std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionSchema& schema,
                                     c10::ArrayRef<c10::IValue> args) {
   std::string key;
+  key.reserve(256);  // most calls' keys fit: no regrowth
   auto put = [&key](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   // Integer division and Python floats take the default dtype.
   put(c10::typeMetaToScalarType(c10::get_default_dtype()));
@@ -360,9 +361,9 @@ std::optional<std::string> meta_key(const Binding& binding, const c10::FunctionS
     put(v.size());
     key.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
   };
-  std::vector<const c10::StorageImpl*> storages;
+  c10::SmallVector<const c10::StorageImpl*, 8> storages;
   // Per tpu tensor: the first tensor with its storage, and its offset.
-  std::vector<std::pair<int64_t, int64_t>> aliasing;
+  c10::SmallVector<std::pair<int64_t, int64_t>, 8> aliasing;
   bool shared = false;
   auto put_tensor = [&](const at::Tensor& t) {
     if (!t.defined()) return put('u');
@@ -793,6 +794,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // results.
   std::vector<at::Tensor> targets;
   std::vector<c10::IValue> returns;
+  targets.reserve(4);
+  returns.reserve(binding.return_alias.size());
   auto mutated_tensors = [&](size_t m) {
     std::vector<at::Tensor> out;
     for_each_tensor(args[binding.mutated[m]], [&](const at::Tensor& t) { out.push_back(t); });
@@ -837,6 +840,8 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   call.device = device;
   for (const at::Tensor& t : targets) wide |= t.defined() && t.scalar_type() == at::kDouble;
   CallBuilder builder{binding, device, wide, bounded ? &*bounded : nullptr};
+  call.args.reserve(binding.rule_args.size());
+  call.targets.reserve(targets.size());
   for (size_t i : binding.rule_args) {
     call.args.push_back(builder.arg(schema.arguments()[i], args[i]));
   }

@@ -9,8 +9,10 @@
 
 namespace torch_tpu::aten {
 
-inline void for_each_tensor(const c10::IValue& v,
-                            const std::function<void(const at::Tensor&)>& fn) {
+// A template, not a std::function: every op runs it, and a capturing lambda
+// in a std::function is an allocation.
+template <typename Fn>
+inline void for_each_tensor(const c10::IValue& v, Fn&& fn) {
   if (v.isTensor()) {
     fn(v.toTensor());
   } else if (v.isTensorList()) {
