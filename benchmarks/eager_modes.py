@@ -7,14 +7,22 @@ Measures, in one run, steps/s of a training step (forward, backward, AdamW) in
 executions per step and compiles in the timed rounds, and prints the ratios. Each variant
 warms up until a step needs no new program, so the rounds time execution even at small
 settings (``--steps 3 --rounds 3 --only mlp`` for a quick check). All start from the same
-weights and draw the same batches; the final losses are printed side by side. Run:
-``.venv/bin/python benchmarks/eager_modes.py [--steps 10] [--rounds 5] [--batch 1]``.
+weights and draw the same batches; the final losses are printed side by side.
+``--first-steps`` times instead the first two steps of each variant, each in a fresh
+process with empty compilation caches (tpu's and PyTorch's), alternating. Run:
+``.venv/bin/python benchmarks/eager_modes.py [--steps 10] [--rounds 5] [--batch 1]
+[--first-steps]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 
@@ -35,6 +43,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--only", nargs="*", help="workloads to run: transformer, mlp, cnn (default: all)"
     )
+    parser.add_argument(
+        "--first-steps",
+        action="store_true",
+        help="time each variant's first two steps, cold, --rounds times (fresh processes)",
+    )
+    parser.add_argument("--cold-variant", help=argparse.SUPPRESS)  # one cold run, this process
     return parser.parse_args()
 
 
@@ -215,7 +229,54 @@ def compare(make_model, make_batch, steps: int, warmup: int, rounds: int):
     return results, ratios, warmed
 
 
+def cold_steps(args: argparse.Namespace) -> None:
+    """The first two steps of one variant (this process's caches are empty): prints
+    their seconds and programs as a JSON line."""
+    (name,) = args.only
+    make_model, make_batch = workloads(args.batch)[name]
+    trainer = Trainer(make_model, make_batch, args.cold_variant, 2)
+    steps = []
+    for _ in range(2):
+        compiles = torch_tpu.metrics()["compiles"]
+        start = time.perf_counter()
+        with torch_tpu.eager_mode(trainer.mode):
+            trainer.step().item()
+        steps.append([time.perf_counter() - start, torch_tpu.metrics()["compiles"] - compiles])
+    print(json.dumps(steps))
+
+
+def first_steps(args: argparse.Namespace) -> None:
+    """Each variant's first two steps in a fresh process with empty caches, the
+    variants alternating in each round; medians of the rounds."""
+    names = args.only or list(workloads(args.batch))
+    print(f"first two steps, cold (fresh process, empty caches), median of {args.rounds} rounds")
+    print(
+        f"{'workload':<12} {'variant':<15} {'step 1 s':>9} {'programs':>9} {'step 2 s':>9} {'programs':>9}"
+    )
+    for name in names:
+        runs = {v: [] for v in VARIANTS}
+        for _ in range(args.rounds):
+            for v in VARIANTS:
+                with tempfile.TemporaryDirectory() as cache:
+                    env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache, TORCHINDUCTOR_CACHE_DIR=cache)
+                    command = [sys.executable, __file__, f"--cold-variant={v}", "--only", name]
+                    command.append(f"--batch={args.batch}")
+                    out = subprocess.run(
+                        command, env=env, capture_output=True, text=True, check=True
+                    )
+                runs[v].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        for v, rs in runs.items():
+            (s1, p1), (s2, p2) = (
+                [statistics.median(r[k][j] for r in rs) for j in range(2)] for k in range(2)
+            )
+            print(f"{name:<12} {v:<15} {s1:9.2f} {p1:9.0f} {s2:9.2f} {p2:9.0f}")
+
+
 def main(args: argparse.Namespace) -> None:
+    if args.cold_variant:
+        return cold_steps(args)
+    if args.first_steps:
+        return first_steps(args)
     print(
         f"platform: {torch_tpu.platform()}, precision: {torch_tpu.precision.get_precision().name},"
         f" transformer batch {args.batch}, {args.rounds} alternating rounds of {args.steps} steps"
