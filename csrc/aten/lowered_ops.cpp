@@ -792,22 +792,18 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   // Results: the mutated arguments, or new tensors shaped like the meta
   // results.
-  std::vector<at::Tensor> targets;
-  std::vector<c10::IValue> returns;
-  targets.reserve(4);
-  returns.reserve(binding.return_alias.size());
-  auto mutated_tensors = [&](size_t m) {
-    std::vector<at::Tensor> out;
-    for_each_tensor(args[binding.mutated[m]], [&](const at::Tensor& t) { out.push_back(t); });
-    return out;
+  c10::SmallVector<at::Tensor, 4> targets;
+  c10::SmallVector<c10::IValue, 2> returns;
+  auto target_mutated = [&](size_t m) {
+    for_each_tensor(args[binding.mutated[m]], [&](const at::Tensor& t) { targets.push_back(t); });
   };
-  std::vector<bool> mutated_returned(binding.mutated.size(), false);
+  c10::SmallVector<bool, 4> mutated_returned(binding.mutated.size(), false);
   for (size_t r = 0; r < binding.return_alias.size(); ++r) {
     int alias = binding.return_alias[r];
     const auto& metas = meta->returns[r];
     if (alias >= 0) {
       mutated_returned[alias] = true;
-      for (const at::Tensor& t : mutated_tensors(alias)) targets.push_back(t);
+      target_mutated(alias);
       returns.push_back(args[binding.mutated[alias]]);
       continue;
     }
@@ -831,7 +827,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   for (size_t m = 0; m < binding.mutated.size(); ++m) {
     if (mutated_returned[m]) continue;
-    for (const at::Tensor& t : mutated_tensors(m)) targets.push_back(t);
+    target_mutated(m);
   }
 
   engine::OpCall call;
