@@ -304,9 +304,10 @@ void Backend::set_launch_blocking(bool blocking) { g_launch_blocking = blocking;
 bool Backend::launch_blocking() { return g_launch_blocking; }
 
 runtime::BufferPtr Backend::scalar_buffer(int device, ElementType type, const void* value) {
-  std::string key(reinterpret_cast<const char*>(&device), sizeof(device));
-  key.push_back(static_cast<char>(type));
-  key.append(static_cast<const char*>(value), element_size(type));
+  ScalarKey key{};  // zeroed: bytes past the value's compare equal
+  std::memcpy(key.data(), &device, sizeof(device));
+  key[sizeof(device)] = static_cast<char>(type);
+  std::memcpy(key.data() + sizeof(device) + 1, value, element_size(type));
   auto it = scalars_.find(key);
   if (it != scalars_.end()) return it->second;
   if (scalars_.size() >= kMaxScalars) scalars_.clear();

@@ -4,6 +4,7 @@
 // op that failed).
 #pragma once
 
+#include <array>
 #include <deque>
 #include <map>
 #include <memory>
@@ -114,7 +115,10 @@ class Backend {
   std::vector<std::deque<Pending>> pending_;
   std::vector<runtime::BufferPtr> check_codes_;  // per device; null: zeros
   std::vector<bool> check_code_unread_;
-  std::map<std::string, runtime::BufferPtr> scalars_;
+  // Device, element type and value (at most 16 bytes): a key built without an
+  // allocation, as every launch with a scalar operand looks one up.
+  using ScalarKey = std::array<char, sizeof(int) + 1 + 16>;
+  std::map<ScalarKey, runtime::BufferPtr> scalars_;
   std::string fast_options_, full_options_;
   bool fast_compile_ = true;  // TORCH_TPU_FAST_COMPILE
   std::unique_ptr<CompileCache> disk_cache_;

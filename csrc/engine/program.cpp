@@ -551,6 +551,7 @@ runtime::Launch launch_with(const Program& program, int device,
   Backend& backend = Backend::get();
   if (program.checks_param >= 0) params[program.checks_param] = backend.check_code(device);
   std::vector<runtime::Buffer*> inputs;
+  inputs.reserve(params.size());
   for (const runtime::BufferPtr& buffer : params) inputs.push_back(buffer.get());
   // A donor's buffer held only here and by its storage: nobody else can
   // observe the donation.
@@ -571,6 +572,7 @@ runtime::Launch launch_program(const Program& program, int device,
                                const std::vector<ProgramOp>& ops) {
   Backend& backend = Backend::get();
   std::vector<runtime::BufferPtr> params;
+  params.reserve(program.params.size());
   for (const Param& param : program.params) {
     switch (param.source) {
       case Param::Source::Storage:
