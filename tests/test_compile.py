@@ -134,9 +134,36 @@ def test_compiled_optimizer_keeps_its_step_counters_on_tpu(all_captured):
         assert loss == pytest.approx(train_step(cpu_model, cpu_opt, x, y).item(), rel=1e-4)
     assert opt.param_groups[0]["capturable"]
     assert all(s["step"].device.type == "tpu" for s in opt.state.values())
-    assert executions <= 4  # forward, backward's seed, backward, the optimizer
+    assert executions == 1  # forward, backward and optimizer graphs in one program
     for p, q in zip(model.parameters(), cpu_model.parameters()):
         torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse", "debug"])
+def test_a_compiled_training_step_launches_one_program(mode, all_captured):
+    """The forward, backward and optimizer graphs of a compiled step (three graphs, the
+    backward's seed between them) are appended to one pending graph: one program a step,
+    compiled once, in strict and defer_and_fuse; debug runs each graph on its own (it
+    runs every launch to completion). The same losses as the step run eagerly."""
+    torch.manual_seed(0)
+    model = TinyTransformer().to("tpu")
+    eager_model = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, eps=1e-3)
+    eager_opt = torch.optim.AdamW(eager_model.parameters(), lr=1e-2, eps=1e-3, capturable=True)
+    step = torch.compile(train_step, backend="tpu")
+    g = torch.Generator().manual_seed(1)
+    with torch_tpu.eager_mode(mode):
+        for i in range(4):
+            x, y = (t.to("tpu") for t in data("transformer", g))
+            before = torch_tpu.metrics()
+            loss = step(model, opt, x, y).item()
+            after = torch_tpu.metrics()
+            expected = train_step(eager_model, eager_opt, x, y).item()
+            assert loss == pytest.approx(expected, rel=1e-5, abs=1e-6), i
+            if i >= 1:
+                graphs = 3 if mode == "debug" else 1
+                assert after["executions"] - before["executions"] == graphs, i
+                assert after["compiles"] == before["compiles"], i
 
 
 def test_capturable_is_left_alone_for_cpu_parameters():

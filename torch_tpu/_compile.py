@@ -52,6 +52,9 @@ class CompiledGraph:
         self.gm = gm
         self.captured: dict[tuple, list[tuple[Any, list]]] = {}
         self.eager_reason: str | None = None
+        # Captured as a program of its own (bounded sizes), not appended to
+        # the work around it.
+        self.alone = bounded
         self.region = None  # the graph as one op, made when a dispatch mode first runs it
         self.uploaded = _copied_to_tpu_only(gm)
         # Runs at the bounds of its sizes (bounded_dynamism), or None: one program per size.
@@ -111,7 +114,8 @@ class CompiledGraph:
         if device is None:
             self.eager_reason = "it has no tpu tensor inputs"
             return self.gm(*args)
-        _C._begin_capture(device)
+        alone = self.alone or any(_C._has_bounds(t) for t in tensors if t.device.type == "tpu")
+        _C._begin_capture(device, alone)
         try:
             result = self.gm(*args)
         except BaseException:
@@ -124,6 +128,9 @@ class CompiledGraph:
         outputs = [r for r in flat if isinstance(r, torch.Tensor)]
         try:
             graph = _C._end_capture(device, tensors, outputs)
+        except _C.CaptureAlone:
+            self.alone = True  # the next call captures it alone
+            return result
         except _C.CaptureError as e:
             if self.bounds is not None:
                 # Ops that ran outside the recorded program lost the sizes of the

@@ -41,10 +41,10 @@ engine::RandomState* generator_state(c10::DeviceIndex device) {
 
 }  // namespace
 
-void begin_capture(c10::DeviceIndex device) {
+void begin_capture(c10::DeviceIndex device, bool alone) {
   at::Generator gen = default_generator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
-  engine::begin_capture(device, generator_state(device));
+  engine::begin_capture(device, generator_state(device), alone);
 }
 
 std::shared_ptr<engine::CapturedGraph> end_capture(c10::DeviceIndex device,
@@ -60,8 +60,39 @@ std::shared_ptr<engine::CapturedGraph> end_capture(c10::DeviceIndex device,
   throw engine::CaptureError(problem);
 }
 
+// A recorded graph's replay: its ops join the pending graph; its new storages
+// are tensors made here, which they write.
+std::optional<std::vector<at::Tensor>> append(const engine::CapturedGraph& graph,
+                                              const std::vector<at::Tensor>& inputs) {
+  auto device = static_cast<c10::DeviceIndex>(graph.device);
+  std::vector<at::Tensor> bases(graph.new_storage_nbytes.size());
+  std::vector<engine::StorageSlot*> fresh;
+  for (const engine::CapturedOutput& o : graph.outputs) {
+    if (o.input >= 0) continue;
+    at::Tensor& b = bases.at(o.new_storage);
+    if (b.defined()) continue;
+    int64_t numel =
+        static_cast<int64_t>(graph.new_storage_nbytes[o.new_storage]) / element_size(o.view.dtype);
+    b = empty_tpu({numel}, scalar_type(o.view.dtype), device);
+  }
+  for (const at::Tensor& b : bases) fresh.push_back(slot_of(b));
+  {
+    at::Generator gen = default_generator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    if (!graph.append(views_of(inputs), fresh, generator_state(device))) return std::nullopt;
+  }
+  std::vector<at::Tensor> outputs;
+  for (const engine::CapturedOutput& o : graph.outputs) {
+    const engine::TensorView& v = o.view;
+    const at::Tensor& base = o.input >= 0 ? inputs[o.input] : bases[o.new_storage];
+    outputs.push_back(base.as_strided(v.sizes, v.strides, v.offset));
+  }
+  return outputs;
+}
+
 std::optional<std::vector<at::Tensor>> replay(const engine::CapturedGraph& graph,
                                               const std::vector<at::Tensor>& inputs) {
+  if (graph.recorded) return append(graph, inputs);
   auto device = static_cast<c10::DeviceIndex>(graph.device);
   std::optional<std::vector<runtime::BufferPtr>> fresh;
   {

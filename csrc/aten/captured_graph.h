@@ -11,7 +11,8 @@
 
 namespace torch_tpu::aten {
 
-void begin_capture(c10::DeviceIndex device);
+// `alone`: the capture is a program of its own (engine::begin_capture).
+void begin_capture(c10::DeviceIndex device, bool alone);
 // Throws engine::CaptureError when the recorded call cannot be replayed.
 std::shared_ptr<engine::CapturedGraph> end_capture(c10::DeviceIndex device,
                                                    const std::vector<at::Tensor>& inputs,

@@ -304,15 +304,25 @@ void Backend::set_launch_blocking(bool blocking) { g_launch_blocking = blocking;
 bool Backend::launch_blocking() { return g_launch_blocking; }
 
 runtime::BufferPtr Backend::scalar_buffer(int device, ElementType type, const void* value) {
+  return cached_constant(scalars_, device, type, value, {});
+}
+
+runtime::BufferPtr Backend::element_buffer(int device, ElementType type, const void* value) {
+  return cached_constant(elements_, device, type, value, {1});
+}
+
+runtime::BufferPtr Backend::cached_constant(std::map<ScalarKey, runtime::BufferPtr>& cache,
+                                            int device, ElementType type, const void* value,
+                                            const std::vector<int64_t>& dims) {
   ScalarKey key{};  // zeroed: bytes past the value's compare equal
   std::memcpy(key.data(), &device, sizeof(device));
   key[sizeof(device)] = static_cast<char>(type);
   std::memcpy(key.data() + sizeof(device) + 1, value, element_size(type));
-  auto it = scalars_.find(key);
-  if (it != scalars_.end()) return it->second;
-  if (scalars_.size() >= kMaxScalars) scalars_.clear();
-  auto buffer = client_->buffer_from_host(value, type, {}, device);
-  scalars_[key] = buffer;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= kMaxScalars) cache.clear();
+  auto buffer = client_->buffer_from_host(value, type, dims, device);
+  cache[key] = buffer;
   return buffer;
 }
 

@@ -76,6 +76,8 @@ class Backend {
 
   // A device buffer holding one scalar (cached: scalars recur).
   runtime::BufferPtr scalar_buffer(int device, ElementType type, const void* value);
+  // The same value as a one-element storage's buffer (shape [1]), cached too.
+  runtime::BufferPtr element_buffer(int device, ElementType type, const void* value);
 
   // Copies `data` to the device; with `release`, the device may use the host
   // memory in place until `release` runs (see Client::buffer_using_host).
@@ -118,7 +120,10 @@ class Backend {
   // Device, element type and value (at most 16 bytes): a key built without an
   // allocation, as every launch with a scalar operand looks one up.
   using ScalarKey = std::array<char, sizeof(int) + 1 + 16>;
-  std::map<ScalarKey, runtime::BufferPtr> scalars_;
+  std::map<ScalarKey, runtime::BufferPtr> scalars_, elements_;
+  runtime::BufferPtr cached_constant(std::map<ScalarKey, runtime::BufferPtr>& cache, int device,
+                                     ElementType type, const void* value,
+                                     const std::vector<int64_t>& dims);
   std::string fast_options_, full_options_;
   bool fast_compile_ = true;  // TORCH_TPU_FAST_COMPILE
   std::unique_ptr<CompileCache> disk_cache_;

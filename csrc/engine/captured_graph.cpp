@@ -27,24 +27,37 @@ int first_sharing_storage(const std::vector<TensorView>& views, size_t k) {
   return static_cast<int>(k);
 }
 
+bool CapturedGraph::matches(const std::vector<TensorView>& args) const {
+  if (args.size() != inputs.size()) return false;
+  for (size_t k = 0; k < args.size(); ++k) {
+    const StorageSlot& slot = *args[k].slot;
+    if (slot.device != device || !same_layout(args[k], inputs[k]) ||
+        slot.nbytes != input_nbytes[k] || holds_buffer(slot) != input_had_buffer[k] ||
+        first_sharing_storage(args, k) != input_alias[k] ||
+        !same_bounds(slot.bounds, input_bounds[k])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool CapturedGraph::append(const std::vector<TensorView>& args,
+                           const std::vector<StorageSlot*>& fresh, RandomState* generator) const {
+  std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+  if (!matches(args)) return false;
+  append_recorded(*recorded, device, args, fresh, generator);
+  generator->offset += random_consumed;
+  return true;
+}
+
 std::optional<std::vector<runtime::BufferPtr>> CapturedGraph::replay(
     const std::vector<TensorView>& args, RandomState* generator) const {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
-  if (args.size() != inputs.size()) return std::nullopt;
   for (const TensorView& a : args) {
-    if (a.slot->device != device) return std::nullopt;
-    materialize(*a.slot, FlushReason::Storage);
+    if (a.slot->device == device) materialize(*a.slot, FlushReason::Storage);
   }
-  for (size_t k = 0; k < args.size(); ++k) {
-    const StorageSlot& slot = *args[k].slot;
-    if (!same_layout(args[k], inputs[k]) || slot.nbytes != input_nbytes[k] ||
-        static_cast<bool>(slot.buffer) != input_had_buffer[k] ||
-        first_sharing_storage(args, k) != input_alias[k] ||
-        !same_bounds(slot.bounds, input_bounds[k])) {
-      return std::nullopt;
-    }
-  }
+  if (!matches(args)) return std::nullopt;
   std::vector<runtime::BufferPtr> fresh(new_storage_nbytes.size());
   if (!program) return fresh;
 

@@ -22,6 +22,15 @@ class CaptureError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The capture recorded ops that cannot be appended to other work (bounded
+// sizes): the next call is captured as a program of its own.
+class CaptureAlone : public CaptureError {
+  using CaptureError::CaptureError;
+};
+
+// A capture's recorded ops, which replays append to the pending graph.
+struct RecordedGraph;
+
 // Where an output of the graph lives: a storage the program creates, or the
 // storage of an input (a view of it, or an input the program overwrote).
 struct CapturedOutput {
@@ -42,6 +51,11 @@ struct CapturedGraph {
   };
 
   int device = 0;
+  // The capture's ops: each replay appends them to the device's pending
+  // graph, which runs them as one program with the work around them (a
+  // compiled training step's forward, backward and optimizer graphs, and the
+  // eager ops between them). Null for a graph captured alone: `program`.
+  std::shared_ptr<const RecordedGraph> recorded;
   std::optional<Program> program;  // none when the graph does no device work
   std::vector<ParamValue> params;
   // Input layouts the program was built for: geometry, storage size, whether
@@ -63,25 +77,38 @@ struct CapturedGraph {
   std::vector<CapturedOutput> outputs;
   uint64_t random_consumed = 0;
 
-  // Runs the program on `inputs` (the graph's tensor inputs, in order) and
-  // returns the buffers of the new storages; nullopt when an input's layout
-  // differs from the captured one. Draws random offsets from `generator`.
-  // The caller gives the storages written their output_bounds.
+  // Whether `inputs` (the graph's tensor inputs, in order) have the captured
+  // layouts (the caller holds the backend's lock).
+  bool matches(const std::vector<TensorView>& inputs) const;
+
+  // Runs the program on `inputs` and returns the buffers of the new storages;
+  // nullopt when an input's layout differs from the captured one. Draws
+  // random offsets from `generator`. The caller gives the storages written
+  // their output_bounds.
   std::optional<std::vector<runtime::BufferPtr>> replay(const std::vector<TensorView>& inputs,
                                                         RandomState* generator) const;
+
+  // A recorded graph's replay: appends its ops on `inputs`, writing the new
+  // storages `fresh` (new_storage_nbytes each); false when an input's layout
+  // differs from the captured one.
+  bool append(const std::vector<TensorView>& inputs, const std::vector<StorageSlot*>& fresh,
+              RandomState* generator) const;
 };
 
 // The first of `views` whose storage is that of views[k] (k when none is).
 int first_sharing_storage(const std::vector<TensorView>& views, size_t k);
 
-// Starts recording `device`'s ops (pending work is materialised first).
-// `generator` is the device's default generator: the only one a captured
-// random op may draw from.
-void begin_capture(int device, RandomState* generator);
+// Starts recording `device`'s ops. `generator` is the device's default
+// generator: the only one a captured random op may draw from. `alone`: the
+// pending work is materialised first and the capture becomes a program of its
+// own (graphs of bounded sizes); otherwise its ops stay pending, with what
+// precedes and follows them.
+void begin_capture(int device, RandomState* generator, bool alone);
 
-// Ends the recording and runs the recorded work for this call (the outputs'
-// storages hold their values on return). Returns the replayable graph, or
-// throws CaptureError.
+// Ends the recording; a capture alone runs the recorded work for this call
+// (the outputs' storages hold their values on return), another leaves it
+// pending. Returns the replayable graph, or throws CaptureError (CaptureAlone:
+// capture the next call alone).
 std::shared_ptr<CapturedGraph> end_capture(int device, const std::vector<TensorView>& inputs,
                                            const std::vector<TensorView>& outputs);
 

@@ -28,17 +28,53 @@ struct PendingSlot {
   bool written = false;
 };
 
-namespace {
-
-std::atomic<int> g_mode{static_cast<int>(EagerMode::Strict)};
-
 struct RecordedOp {
   OpCall call;  // its views point at shadows
   Signature sig;
   std::vector<int> storage_of;  // graph storage of each of sig.slots
   hlo::Precision precision;
   RandomState random;
+  uint64_t id = 0;  // the signature's id (OpInfo)
 };
+
+// A capture's ops, as a replay appends them again. Its storages are numbered
+// in the order the ops first use them (the order a graph adopts them in, so a
+// replay's pending graph has the capture's key); the ops' views and
+// signatures point at no slot until appended.
+struct RecordedGraph {
+  enum class Role : uint8_t { Input, Fresh, Constant, Temporary };
+  struct Storage {
+    Role role = Role::Temporary;
+    int index = 0;      // Input: which input; Fresh: which new storage
+    size_t nbytes = 0;  // Temporary
+    // Constant: a slot of the graph's own holding the value it read.
+    std::unique_ptr<StorageSlot> constant;
+  };
+  struct Op {
+    RecordedOp op;
+    std::vector<int> storage;       // per sig.slots entry
+    std::vector<int> view_storage;  // per device view (for_each_view's order)
+  };
+  std::vector<Storage> storages;
+  std::vector<Op> ops;
+  uint64_t start_offset = 0;  // the generator's offset when the capture began
+};
+
+namespace {
+
+std::atomic<int> g_mode{static_cast<int>(EagerMode::Strict)};
+
+// Visits the device views of a call: its device inputs, then its targets
+// (a target without a slot, a result nobody asked for, too).
+template <typename Fn>
+void for_each_view(OpCall& call, Fn&& fn) {
+  for (CallArg& arg : call.args) {
+    for (auto& in : arg.inputs) {
+      if (in && in->on_device) fn(in->view);
+    }
+  }
+  for (TensorView& t : call.targets) fn(t);
+}
 
 // Ops whose signatures, in a row, identify a point of a repeating sequence.
 constexpr size_t kRepeatWindow = 8;
@@ -53,8 +89,11 @@ struct Graph {
   // and a cut there makes every repetition the same cached graph.
   std::deque<uint64_t> recent;
   std::deque<uint64_t> start;
-  // A capture (torch.compile) is recording; `broken` says what cut it.
+  // A capture (torch.compile) is recording from op `capture_start` on (a
+  // capture alone starts an empty graph); `broken` says what cut it.
   bool capturing = false;
+  bool capture_alone = false;
+  size_t capture_start = 0;
   std::string broken;
   RandomState* generator = nullptr;
   uint64_t start_offset = 0;
@@ -263,6 +302,37 @@ int max_graph_ops() {
   return limit;
 }
 
+namespace {
+
+// Keys the graph by the op just recorded.
+void note_recorded(Graph& g, const RecordedOp& op) {
+  g.key.append(reinterpret_cast<const char*>(&op.id), sizeof(op.id));
+  g.key.append(reinterpret_cast<const char*>(op.storage_of.data()),
+               op.storage_of.size() * sizeof(int));
+  metrics().deferred_ops++;
+  g.recent.push_back(op.id);
+  if (g.recent.size() > kRepeatWindow) g.recent.pop_front();
+}
+
+// Materialises the graph at its size limit, or where the work repeats.
+void cut_if_due(Graph& g, int device) {
+  if (g.capturing) return;  // a capture is one program, however long
+  int size = static_cast<int>(g.ops.size());
+  if (size >= max_graph_ops()) {
+    flush(device, FlushReason::SizeLimit);
+  } else if (size >= max_graph_ops() / 2 && g.start.size() == kRepeatWindow &&
+             g.recent == g.start) {
+    flush(device, FlushReason::Repeat);
+  }
+}
+
+}  // namespace
+
+bool holds_buffer(const StorageSlot& slot) {
+  return slot.pending ? static_cast<bool>(slot.pending->shadow.buffer)
+                      : static_cast<bool>(slot.buffer);
+}
+
 void record(OpCall&& call) {
   hlo::Precision prec = precision();
   Signature sig = signature(call, prec);
@@ -277,6 +347,7 @@ void record(OpCall&& call) {
   }
   op.call = std::move(call);
   op.precision = prec;
+  op.id = info.id;
   op.storage_of.reserve(sig.slots.size());
   for (SlotUse& use : sig.slots) {
     PendingSlot& ps = adopt(g, use.slot);
@@ -299,20 +370,8 @@ void record(OpCall&& call) {
     ps->written = true;
     t.slot = &ps->shadow;
   }
-  g.key.append(reinterpret_cast<const char*>(&info.id), sizeof(info.id));
-  g.key.append(reinterpret_cast<const char*>(op.storage_of.data()),
-               op.storage_of.size() * sizeof(int));
-  metrics().deferred_ops++;
-  g.recent.push_back(info.id);
-  if (g.recent.size() > kRepeatWindow) g.recent.pop_front();
-  int size = static_cast<int>(g.ops.size());
-  if (g.capturing) return;  // a capture is one program, however long
-  if (size >= max_graph_ops()) {
-    flush(call.device, FlushReason::SizeLimit);
-  } else if (size >= max_graph_ops() / 2 && g.start.size() == kRepeatWindow &&
-             g.recent == g.start) {
-    flush(call.device, FlushReason::Repeat);
-  }
+  note_recorded(g, op);
+  cut_if_due(g, op.call.device);
 }
 
 void flush(int device, FlushReason reason) {
@@ -370,11 +429,13 @@ bool capturing(int device) {
   return device >= 0 && device < static_cast<int>(g.size()) && g[device].capturing;
 }
 
-void begin_capture(int device, RandomState* generator) {
+void begin_capture(int device, RandomState* generator, bool alone) {
   std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
-  flush(device, FlushReason::Synchronize);
+  if (alone) flush(device, FlushReason::Synchronize);
   Graph& g = graph_of(device);
   g.capturing = true;
+  g.capture_alone = alone;
+  g.capture_start = g.ops.size();
   g.broken.clear();
   g.generator = generator;
   g.start_offset = generator->offset;
@@ -382,18 +443,31 @@ void begin_capture(int device, RandomState* generator) {
 
 namespace {
 
+// The input whose storage `live` is (-1: none).
+int input_index(const std::vector<TensorView>& inputs, const StorageSlot* live) {
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].slot == live) return static_cast<int>(k);
+  }
+  return -1;
+}
+
+// An output's geometry and the input it is a view of (-1: a new storage, which
+// the caller numbers).
+CapturedOutput output_of(const TensorView& out, const std::vector<TensorView>& inputs) {
+  CapturedOutput o;
+  o.view = out;
+  o.view.slot = nullptr;
+  o.input = input_index(inputs, out.slot);
+  return o;
+}
+
 // Fills `cg` from the graph about to run as `program`, or says why it cannot
 // be replayed.
 std::string describe_capture(CapturedGraph& cg, const Graph& g, const Program* program,
                              const std::vector<ProgramOp>& ops,
                              const std::vector<TensorView>& inputs,
                              const std::vector<TensorView>& outputs) {
-  auto input_of = [&](const StorageSlot* live) {
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      if (inputs[k].slot == live) return static_cast<int>(k);
-    }
-    return -1;
-  };
+  auto input_of = [&](const StorageSlot* live) { return input_index(inputs, live); };
   std::vector<int> new_storage(g.slots.size(), -1);
   if (program) {
     cg.program = *program;
@@ -459,10 +533,7 @@ std::string describe_capture(CapturedGraph& cg, const Graph& g, const Program* p
     }
   }
   for (const TensorView& out : outputs) {
-    CapturedOutput o;
-    o.view = out;
-    o.view.slot = nullptr;
-    o.input = input_of(out.slot);
+    CapturedOutput o = output_of(out, inputs);
     if (o.input < 0) {
       const PendingSlot* ps = out.slot->pending;
       if (!ps || !ps->written) return "it returns a tensor the graph does not compute";
@@ -480,7 +551,160 @@ std::string describe_capture(CapturedGraph& cg, const Graph& g, const Program* p
   return "";
 }
 
+// What record_graph says of a capture of bounded sizes: the graph is captured
+// alone (a program of its own, whose replay restores the bounds).
+constexpr const char* kBoundedCapture = "it runs at bounded sizes";
+
+// Fills `cg` with the ops the capture recorded (from g.capture_start on), or
+// says why a replay could not append them.
+std::string record_graph(CapturedGraph& cg, const Graph& g, const std::vector<TensorView>& inputs,
+                         const std::vector<TensorView>& outputs) {
+  using Role = RecordedGraph::Role;
+  auto rg = std::make_shared<RecordedGraph>();
+  rg->start_offset = g.start_offset;
+  std::unordered_map<const StorageSlot*, int> local;  // a shadow -> its storage
+  std::vector<const PendingSlot*> pending_of;
+  std::unordered_map<const StorageSlot*, const PendingSlot*> by_shadow;
+  for (const PendingSlot& ps : g.slots) by_shadow[&ps.shadow] = &ps;
+  auto storage = [&](const StorageSlot* shadow) {
+    auto [it, added] = local.emplace(shadow, static_cast<int>(pending_of.size()));
+    if (added) pending_of.push_back(by_shadow.at(shadow));
+    return it->second;
+  };
+  std::vector<bool> written;
+  for (size_t i = g.capture_start; i < g.ops.size(); ++i) {
+    RecordedGraph::Op& t = rg->ops.emplace_back();
+    t.op = g.ops[i];
+    for (SlotUse& use : t.op.sig.slots) {
+      t.storage.push_back(storage(use.slot));
+      use.slot = nullptr;
+    }
+    t.op.sig.inputs.clear();  // pointed into the original's arguments
+    bool bounded = false;
+    for_each_view(t.op.call, [&](TensorView& v) {
+      bounded |= v.bounded() || v.stored.has_value();
+      t.view_storage.push_back(v.slot ? storage(v.slot) : -1);
+      v.slot = nullptr;
+    });
+    if (bounded) return kBoundedCapture;
+    written.resize(pending_of.size(), false);
+    for (size_t j = 0; j < t.op.call.targets.size(); ++j) {
+      int s = t.op.sig.target_slot[j];
+      if (s >= 0) written[t.storage[s]] = true;
+    }
+    if (t.op.call.random && t.op.call.random != g.generator) {
+      return "a random op draws from a generator other than the device's default";
+    }
+  }
+  written.resize(pending_of.size(), false);
+  for (const PendingSlot* ps : pending_of) {
+    if (ps->live && ps->live->bounds) return kBoundedCapture;
+  }
+  auto input_of = [&](const StorageSlot* live) { return input_index(inputs, live); };
+  std::vector<const StorageSlot*> fresh;  // new storages, in the outputs' order
+  for (const TensorView& out : outputs) {
+    CapturedOutput o = output_of(out, inputs);
+    if (o.input < 0) {
+      auto it = local.find(out.slot->pending ? &out.slot->pending->shadow : nullptr);
+      if (it == local.end() || !written[it->second]) {
+        return "it returns a tensor the graph does not compute";
+      }
+      auto at = std::find(fresh.begin(), fresh.end(), out.slot);
+      o.new_storage = static_cast<int>(at - fresh.begin());
+      if (at == fresh.end()) {
+        fresh.push_back(out.slot);
+        cg.new_storage_nbytes.push_back(out.slot->nbytes);
+      }
+    } else if (inputs[o.input].dtype != out.dtype) {
+      return "it returns a view of an input with another dtype";
+    }
+    cg.outputs.push_back(o);
+  }
+  for (size_t s = 0; s < pending_of.size(); ++s) {
+    const PendingSlot& ps = *pending_of[s];
+    RecordedGraph::Storage& st = rg->storages.emplace_back();
+    int k = ps.live ? input_of(ps.live) : -1;
+    auto f = std::find(fresh.begin(), fresh.end(), ps.live);
+    if (k >= 0) {
+      st.role = Role::Input;
+      st.index = k;
+    } else if (ps.live && f != fresh.end()) {
+      st.role = Role::Fresh;
+      st.index = static_cast<int>(f - fresh.begin());
+    } else if (written[s]) {
+      if (ps.live) return "it writes a tensor that is neither an input nor an output";
+      st.role = Role::Temporary;
+      st.nbytes = ps.shadow.nbytes;
+    } else if (ps.written) {
+      return "it reads a tensor computed before it that it does not take as an input";
+    } else {
+      // A tensor the graph holds (its value is the shadow's: nothing wrote it).
+      st.role = Role::Constant;
+      st.constant = std::make_unique<StorageSlot>();
+      st.constant->device = ps.shadow.device;
+      st.constant->nbytes = ps.shadow.nbytes;
+      st.constant->buffer = ps.shadow.buffer;
+    }
+  }
+  cg.recorded = std::move(rg);
+  return "";
+}
+
 }  // namespace
+
+void append_recorded(const RecordedGraph& rg, int device, const std::vector<TensorView>& inputs,
+                     const std::vector<StorageSlot*>& fresh, RandomState* generator) {
+  using Role = RecordedGraph::Role;
+  Graph& g = graph_of(device);
+  std::vector<PendingSlot*> slots(rg.storages.size(), nullptr);
+  auto slot = [&](int s) -> PendingSlot& {
+    if (slots[s]) return *slots[s];
+    const RecordedGraph::Storage& st = rg.storages[s];
+    switch (st.role) {
+      case Role::Input:
+        return *(slots[s] = &adopt(g, inputs[st.index].slot));
+      case Role::Fresh:
+        return *(slots[s] = &adopt(g, fresh[st.index]));
+      case Role::Constant:
+        return *(slots[s] = &adopt(g, st.constant.get()));
+      case Role::Temporary:
+        break;
+    }
+    PendingSlot& ps = g.slots.emplace_back();
+    ps.shadow.device = device;
+    ps.shadow.nbytes = st.nbytes;
+    ps.index = static_cast<int>(g.slots.size()) - 1;
+    return *(slots[s] = &ps);
+  };
+  for (const RecordedGraph::Op& t : rg.ops) {
+    RecordedOp& op = g.ops.emplace_back(t.op);
+    for (size_t i = 0; i < t.storage.size(); ++i) {
+      PendingSlot& ps = slot(t.storage[i]);
+      op.storage_of[i] = ps.index;
+      op.sig.slots[i].slot = &ps.shadow;
+    }
+    size_t v = 0;
+    for_each_view(op.call, [&](TensorView& view) {
+      int s = t.view_storage[v++];
+      if (s >= 0) view.slot = &slot(s).shadow;
+    });
+    for (CallArg& arg : op.call.args) {
+      for (auto& in : arg.inputs) {
+        if (in) op.sig.inputs.push_back(&*in);
+      }
+    }
+    for (int s : op.sig.target_slot) {
+      if (s >= 0) slots[t.storage[s]]->written = true;
+    }
+    if (op.call.random) {
+      op.call.random = generator;
+      op.random = {generator->seed, generator->offset + (t.op.random.offset - rg.start_offset)};
+    }
+    note_recorded(g, op);
+  }
+  cut_if_due(g, device);
+  if (eager_mode() == EagerMode::Debug) flush(device, FlushReason::Synchronize);
+}
 
 std::shared_ptr<CapturedGraph> end_capture(int device, const std::vector<TensorView>& inputs,
                                            const std::vector<TensorView>& outputs) {
@@ -493,10 +717,7 @@ std::shared_ptr<CapturedGraph> end_capture(int device, const std::vector<TensorV
     cg->inputs.push_back(in);
     cg->inputs.back().slot = nullptr;
     cg->input_nbytes.push_back(in.slot->nbytes);
-    // A pending input holds a value unless no recorded op wrote a never-written storage.
-    cg->input_had_buffer.push_back(in.slot->pending
-                                       ? static_cast<bool>(in.slot->pending->shadow.buffer)
-                                       : static_cast<bool>(in.slot->buffer));
+    cg->input_had_buffer.push_back(holds_buffer(*in.slot));
     cg->input_alias.push_back(first_sharing_storage(inputs, k));
     std::optional<Bounds>& bounds = cg->input_bounds.emplace_back(in.slot->bounds);
     if (bounds) bounds->alive = nullptr;
@@ -506,6 +727,17 @@ std::shared_ptr<CapturedGraph> end_capture(int device, const std::vector<TensorV
                                 [&](const TensorView& v) { return v.slot->device == device; });
   if (!for_device) problem = "its inputs are on several devices";
   g.capturing = false;
+  if (!g.capture_alone) {
+    // The recorded work stays pending, to run with what follows it.
+    if (problem.empty()) problem = record_graph(*cg, g, inputs, outputs);
+    cg->random_consumed = g.generator->offset - g.start_offset;
+    g.generator = nullptr;
+    if (problem == kBoundedCapture) throw CaptureAlone(problem);
+    if (!problem.empty()) throw CaptureError(problem);
+    cut_if_due(g, device);
+    if (eager_mode() == EagerMode::Debug) flush(device, FlushReason::Synchronize);
+    return cg;
+  }
   flush_graph(device, FlushReason::Synchronize,
               [&](const Program* program, const std::vector<ProgramOp>& ops) {
                 if (problem.empty())

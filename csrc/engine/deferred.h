@@ -7,12 +7,15 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/op_call.h"
 
 namespace torch_tpu::engine {
 
 enum class EagerMode : int { Strict, Debug, DeferAndFuse };
+
+struct RecordedGraph;  // captured_graph.h
 
 EagerMode eager_mode();
 // Materialises pending work first; Debug also makes every launch blocking.
@@ -73,6 +76,15 @@ inline bool is_pending(const StorageSlot& slot) { return slot.pending != nullptr
 inline void materialize(const StorageSlot& slot, FlushReason reason) {
   if (slot.pending) flush(slot.device, reason);
 }
+
+// Whether the slot has a buffer: while pending, the one it had before its graph.
+bool holds_buffer(const StorageSlot& slot);
+
+// Appends a recorded graph's ops (captured_graph.h) to the pending graph of
+// `device`: inputs[k] is the graph's k-th input, fresh[j] its j-th new storage.
+// Random ops draw from `generator` past its offset (the caller advances it).
+void append_recorded(const RecordedGraph& graph, int device, const std::vector<TensorView>& inputs,
+                     const std::vector<StorageSlot*>& fresh, RandomState* generator);
 
 // Work on `device` that bypasses the recorder (an upload, a download, a
 // resize): a capture recording on the device could not replay it.

@@ -1,6 +1,7 @@
 #include "engine/executor.h"
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -53,6 +54,87 @@ bool too_many_layouts(const OpCall& call) {
 }
 
 void run_now(const OpCall& call);
+
+// `s` stored as `type`, when it converts exactly (0, 1, small counts); false
+// otherwise (the program converts it, as XLA does).
+bool stored_exactly(const HostScalar& s, ElementType type, unsigned char* out) {
+  double v = 0;
+  switch (s.type) {
+    case ElementType::F32: {
+      float f;
+      std::memcpy(&f, s.bytes, sizeof f);
+      v = f;
+      break;
+    }
+    case ElementType::F64:
+      std::memcpy(&v, s.bytes, sizeof v);
+      break;
+    case ElementType::S64: {
+      int64_t i;
+      std::memcpy(&i, s.bytes, sizeof i);
+      if (i < -(int64_t{1} << 24) || i > (int64_t{1} << 24)) return false;
+      v = static_cast<double>(i);
+      break;
+    }
+    case ElementType::Pred:
+      v = s.bytes[0] ? 1 : 0;
+      break;
+    default:
+      return false;
+  }
+  if (!(v == static_cast<double>(static_cast<int32_t>(v)))) return false;  // NaN, fractions
+  const auto i = static_cast<int32_t>(v);
+  switch (type) {
+    case ElementType::F32: {
+      const float f = static_cast<float>(i);
+      std::memcpy(out, &f, sizeof f);
+      return true;
+    }
+    case ElementType::F64: {
+      const double d = i;
+      std::memcpy(out, &d, sizeof d);
+      return true;
+    }
+    case ElementType::S32:
+      std::memcpy(out, &i, sizeof i);
+      return true;
+    case ElementType::S64: {
+      const int64_t l = i;
+      std::memcpy(out, &l, sizeof l);
+      return true;
+    }
+    case ElementType::Pred:
+      if (i != 0 && i != 1) return false;
+      out[0] = static_cast<unsigned char>(i);
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A fill (or zero_) of a whole one-element storage with a host scalar
+// (backward()'s seed, an optimizer's step counter) takes a cached device
+// constant: no program.
+bool filled_with_constant(const OpCall& call) {
+  static const lower::Rule* fill = lower::find_rule("fill.Scalar");
+  static const lower::Rule* zero = lower::find_rule("zero");
+  if ((call.rule != fill && call.rule != zero) || call.targets.size() != 1) return false;
+  const TensorView& t = call.targets[0];
+  if (!t.slot || t.bounded() || t.slot->bounds || t.numel() != 1 || !t.is_whole_storage()) {
+    return false;
+  }
+  HostScalar value = HostScalar::of_int(0, ElementType::S64);
+  if (call.rule == fill) {
+    const auto& in = call.args.size() == 2 ? call.args[1].inputs : decltype(call.args[0].inputs){};
+    if (in.size() != 1 || !in[0] || in[0]->on_device) return false;
+    value = in[0]->scalar;
+  }
+  unsigned char bytes[8];
+  if (!stored_exactly(value, t.dtype, bytes)) return false;
+  t.slot->buffer = Backend::get().element_buffer(call.device, t.dtype, bytes);
+  t.slot->producer = call.name;
+  return true;
+}
 
 // The call on dense copies of its views, its results copied into its targets.
 void run_on_dense_copies(const OpCall& call) {
@@ -120,12 +202,16 @@ hlo::Precision precision() { return static_cast<hlo::Precision>(g_precision.load
 void execute(OpCall&& call) {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  // An op on values a pending graph computes (the graphs torch.compile
+  // replays, and ops on their results) joins that graph in every mode.
+  bool pending = false;
   auto check_device = [&](const TensorView& v) {
     if (v.slot && v.slot->device != call.device) {
       throw std::invalid_argument(*call.name +
                                   ": tensors on tpu:" + std::to_string(v.slot->device) +
                                   " and tpu:" + std::to_string(call.device) + " in one op");
     }
+    pending |= v.slot && is_pending(*v.slot);
   };
   for (const CallArg& arg : call.args) {
     for (const auto& in : arg.inputs) {
@@ -134,9 +220,9 @@ void execute(OpCall&& call) {
   }
   for (const TensorView& t : call.targets) check_device(t);
 
-  if (eager_mode() == EagerMode::DeferAndFuse || capturing(call.device)) {
+  if (pending || eager_mode() == EagerMode::DeferAndFuse || capturing(call.device)) {
     record(std::move(call));
-  } else {
+  } else if (!filled_with_constant(call)) {
     run_now(call);
   }
 }

@@ -224,9 +224,10 @@ PYBIND11_MODULE(_C, m) {
   });
 
   // torch.compile (torch_tpu/_compile.py): capture one call of a graph, replay it.
-  py::register_exception<engine::CaptureError>(m, "CaptureError");
+  auto capture_error = py::register_exception<engine::CaptureError>(m, "CaptureError");
+  py::register_exception<engine::CaptureAlone>(m, "CaptureAlone", capture_error.ptr());
   py::class_<engine::CapturedGraph, std::shared_ptr<engine::CapturedGraph>>(m, "CapturedGraph");
-  m.def("_begin_capture", [](int device) { aten::begin_capture(device); });
+  m.def("_begin_capture", [](int device, bool alone) { aten::begin_capture(device, alone); });
   m.def("_end_capture", [](int device, const std::vector<at::Tensor>& inputs,
                            const std::vector<at::Tensor>& outputs) {
     return aten::end_capture(device, inputs, outputs);
