@@ -2,8 +2,9 @@
 
 AOTAutograd traces forward and backward (decomposing only what the lowering table
 lacks) into functional ATen graphs. Each graph's first call with given input layouts
-is recorded by the DeferAndFuse recorder and compiled as one program (through the
-persistent compilation cache); later calls replay that program with no per-op work.
+is recorded by the DeferAndFuse recorder; later calls append the recorded ops to the
+device's pending work with no per-op work, so the graphs of a training step run as one
+program (a graph of bounded sizes is captured as a program of its own and replayed).
 A graph whose recording cannot be replayed (a host read, a CPU fallback) runs op by
 op in the current eager mode, with a warning naming the reason.
 """
