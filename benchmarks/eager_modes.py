@@ -196,7 +196,7 @@ def warm_up(trainers: dict[str, Trainer], steps: int, limit: int = 50) -> int:
     for done in range(1, limit + 1):
         misses = torch_tpu.metrics()["cache_misses"]
         for t in trainers.values():
-            t.timed(1)
+            t.timed(2)  # two steps back to back, as the rounds run them
         if done >= steps and torch_tpu.metrics()["cache_misses"] == misses:
             break
     return done

@@ -163,6 +163,19 @@ def test_a_compiled_training_step_launches_one_program(mode, all_captured):
             if i >= 1:
                 graphs = 3 if mode == "debug" else 1
                 assert after["executions"] - before["executions"] == graphs, i
+        # Steps with nothing read between them: each step's graphs are still one
+        # program (the forward graph called again starts the next).
+        x, y = (t.to("tpu") for t in data("transformer", g))
+        for warm in (True, False):
+            before = torch_tpu.metrics()
+            losses = [step(model, opt, x, y) for _ in range(3)]
+            values = [loss.item() for loss in losses]
+            after = torch_tpu.metrics()
+            expected = [train_step(eager_model, eager_opt, x, y).item() for _ in range(3)]
+            assert values == pytest.approx(expected, rel=1e-5, abs=1e-6)
+            if not warm and mode != "debug":
+                assert after["executions"] - before["executions"] == 3
+                assert after["compiles"] == before["compiles"]
                 assert after["compiles"] == before["compiles"], i
 
 

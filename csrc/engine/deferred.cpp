@@ -89,6 +89,10 @@ struct Graph {
   // and a cut there makes every repetition the same cached graph.
   std::deque<uint64_t> recent;
   std::deque<uint64_t> start;
+  // The compiled graphs appended since the last materialisation: a second
+  // call of one is the next iteration of a loop (a training step), which
+  // starts a graph of its own, so every iteration is the same program.
+  std::vector<const RecordedGraph*> appended;
   // A capture (torch.compile) is recording from op `capture_start` on (a
   // capture alone starts an empty graph); `broken` says what cut it.
   bool capturing = false;
@@ -230,6 +234,7 @@ void flush_graph(int device, FlushReason reason, const ProgramInspector& inspect
     }
     g.slots.clear();
     g.ops.clear();
+    g.appended.clear();
     g.start = g.recent;
   };
 
@@ -656,6 +661,10 @@ void append_recorded(const RecordedGraph& rg, int device, const std::vector<Tens
                      const std::vector<StorageSlot*>& fresh, RandomState* generator) {
   using Role = RecordedGraph::Role;
   Graph& g = graph_of(device);
+  if (std::find(g.appended.begin(), g.appended.end(), &rg) != g.appended.end()) {
+    flush(device, FlushReason::Repeat);
+  }
+  g.appended.push_back(&rg);
   std::vector<PendingSlot*> slots(rg.storages.size(), nullptr);
   auto slot = [&](int s) -> PendingSlot& {
     if (slots[s]) return *slots[s];
