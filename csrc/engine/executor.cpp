@@ -202,8 +202,9 @@ hlo::Precision precision() { return static_cast<hlo::Precision>(g_precision.load
 void execute(OpCall&& call) {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
-  // An op on values a pending graph computes (the graphs torch.compile
-  // replays, and ops on their results) joins that graph in every mode.
+  // In strict and debug mode only compiled graphs are pending: an op on their
+  // values materialises them first (it would otherwise be fused with them, and
+  // every shape of the op would recompile the graphs' program).
   bool pending = false;
   auto check_device = [&](const TensorView& v) {
     if (v.slot && v.slot->device != call.device) {
@@ -220,11 +221,12 @@ void execute(OpCall&& call) {
   }
   for (const TensorView& t : call.targets) check_device(t);
 
-  if (pending || eager_mode() == EagerMode::DeferAndFuse || capturing(call.device)) {
+  if (eager_mode() == EagerMode::DeferAndFuse || capturing(call.device)) {
     record(std::move(call));
-  } else if (!filled_with_constant(call)) {
-    run_now(call);
+    return;
   }
+  if (pending) flush(call.device, FlushReason::Storage);
+  if (!filled_with_constant(call)) run_now(call);
 }
 
 }  // namespace torch_tpu::engine
