@@ -757,3 +757,34 @@ def test_legacy_storage_classes():
         longs = torch.tpu.LongStorage([1, 2, 3])
         assert longs.device == a.device and longs.dtype == torch.int64
         assert longs.tolist() == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda d: torch.ones((), device=d),
+        lambda d: torch.zeros(1, dtype=torch.int64, device=d),
+        lambda d: torch.full((), 7, dtype=torch.int32, device=d),
+        lambda d: torch.full((1,), True, device=d),
+        lambda d: torch.tensor([3.0], dtype=torch.float64, device=d).zero_(),
+    ],
+)
+def test_one_element_fills_take_a_constant_not_a_program(make):
+    """backward()'s seed and optimizers' step counters: a fill of a whole one-element
+    storage with a value its dtype holds exactly launches nothing."""
+    import torch_tpu
+
+    with torch_tpu.eager_mode("strict"):
+        make("tpu")  # the constant's upload, once
+        before = torch_tpu.metrics()["executions"]
+        t = make("tpu")
+        assert torch_tpu.metrics()["executions"] == before
+    expected = make("cpu")
+    assert t.dtype == expected.dtype and torch.equal(t.cpu(), expected)
+
+
+def test_other_fills_still_compute_on_the_device():
+    x = torch.full((), 2.5, device="tpu")
+    y = torch.ones(2, device="tpu")[1:].fill_(5)
+    z = torch.full((1,), 1, dtype=torch.bfloat16, device="tpu")
+    assert (x.item(), y.tolist(), z.item()) == (2.5, [5.0], 1.0)

@@ -125,7 +125,8 @@ bool filled_with_constant(const OpCall& call) {
   }
   HostScalar value = HostScalar::of_int(0, ElementType::S64);
   if (call.rule == fill) {
-    const auto& in = call.args.size() == 2 ? call.args[1].inputs : decltype(call.args[0].inputs){};
+    if (call.args.size() != 2) return false;
+    const auto& in = call.args[1].inputs;
     if (in.size() != 1 || !in[0] || in[0]->on_device) return false;
     value = in[0]->scalar;
   }
