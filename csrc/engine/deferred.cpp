@@ -567,30 +567,37 @@ std::string record_graph(CapturedGraph& cg, const Graph& g, const std::vector<Te
   using Role = RecordedGraph::Role;
   auto rg = std::make_shared<RecordedGraph>();
   rg->start_offset = g.start_offset;
-  std::unordered_map<const StorageSlot*, int> local;  // a shadow -> its storage
+  std::vector<int> local(g.slots.size(), -1);  // graph storage -> the capture's
   std::vector<const PendingSlot*> pending_of;
-  std::unordered_map<const StorageSlot*, const PendingSlot*> by_shadow;
-  for (const PendingSlot& ps : g.slots) by_shadow[&ps.shadow] = &ps;
-  auto storage = [&](const StorageSlot* shadow) {
-    auto [it, added] = local.emplace(shadow, static_cast<int>(pending_of.size()));
-    if (added) pending_of.push_back(by_shadow.at(shadow));
-    return it->second;
+  auto storage = [&](int index) {
+    if (local[index] < 0) {
+      local[index] = static_cast<int>(pending_of.size());
+      pending_of.push_back(&g.slots[index]);
+    }
+    return local[index];
   };
   std::vector<bool> written;
   for (size_t i = g.capture_start; i < g.ops.size(); ++i) {
     RecordedGraph::Op& t = rg->ops.emplace_back();
     t.op = g.ops[i];
-    for (SlotUse& use : t.op.sig.slots) {
-      t.storage.push_back(storage(use.slot));
-      use.slot = nullptr;
+    for (size_t u = 0; u < t.op.sig.slots.size(); ++u) {
+      t.storage.push_back(storage(t.op.storage_of[u]));
     }
-    t.op.sig.inputs.clear();  // pointed into the original's arguments
+    // A view's slot is one of the signature's (its shadow in the graph).
+    auto storage_of_view = [&](const StorageSlot* shadow) {
+      for (size_t u = 0; u < t.op.sig.slots.size(); ++u) {
+        if (t.op.sig.slots[u].slot == shadow) return t.storage[u];
+      }
+      throw std::logic_error("a recorded view outside its signature's storages");
+    };
     bool bounded = false;
     for_each_view(t.op.call, [&](TensorView& v) {
       bounded |= v.bounded() || v.stored.has_value();
-      t.view_storage.push_back(v.slot ? storage(v.slot) : -1);
+      t.view_storage.push_back(v.slot ? storage_of_view(v.slot) : -1);
       v.slot = nullptr;
     });
+    for (SlotUse& use : t.op.sig.slots) use.slot = nullptr;
+    t.op.sig.inputs.clear();  // pointed into the original's arguments
     if (bounded) return kBoundedCapture;
     written.resize(pending_of.size(), false);
     for (size_t j = 0; j < t.op.call.targets.size(); ++j) {
@@ -605,13 +612,12 @@ std::string record_graph(CapturedGraph& cg, const Graph& g, const std::vector<Te
   for (const PendingSlot* ps : pending_of) {
     if (ps->live && ps->live->bounds) return kBoundedCapture;
   }
-  auto input_of = [&](const StorageSlot* live) { return input_index(inputs, live); };
   std::vector<const StorageSlot*> fresh;  // new storages, in the outputs' order
   for (const TensorView& out : outputs) {
     CapturedOutput o = output_of(out, inputs);
     if (o.input < 0) {
-      auto it = local.find(out.slot->pending ? &out.slot->pending->shadow : nullptr);
-      if (it == local.end() || !written[it->second]) {
+      const int s = out.slot->pending ? local[out.slot->pending->index] : -1;
+      if (s < 0 || !written[s]) {
         return "it returns a tensor the graph does not compute";
       }
       auto at = std::find(fresh.begin(), fresh.end(), out.slot);
@@ -628,7 +634,7 @@ std::string record_graph(CapturedGraph& cg, const Graph& g, const std::vector<Te
   for (size_t s = 0; s < pending_of.size(); ++s) {
     const PendingSlot& ps = *pending_of[s];
     RecordedGraph::Storage& st = rg->storages.emplace_back();
-    int k = ps.live ? input_of(ps.live) : -1;
+    int k = ps.live ? input_index(inputs, ps.live) : -1;
     auto f = std::find(fresh.begin(), fresh.end(), ps.live);
     if (k >= 0) {
       st.role = Role::Input;
