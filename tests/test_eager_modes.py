@@ -268,6 +268,28 @@ def test_resize_and_reupload_of_pending_storage(deferred):
     assert (x * 2).tolist() == [2.0 * i for i in range(8)]
 
 
+@pytest.mark.parametrize("mode", ["strict", "defer_and_fuse"])
+def test_a_storage_emptied_and_regrown_runs_no_program(mode):
+    # FSDP2 frees each unsharded parameter's storage between its uses
+    # (`resize_(0)`) and grows it again before the next all-gather writes it.
+    with torch_tpu.eager_mode(mode):
+        w = torch.arange(6.0, device="tpu")
+        y = w * 2  # pending in defer_and_fuse: the graph reads w before it is emptied
+        w.add_(1)
+        reasons = dict(torch_tpu.metrics()["materializations"])
+        before = executions()
+        w.untyped_storage().resize_(0)
+        assert w.untyped_storage().nbytes() == 0
+        w.untyped_storage().resize_(24)
+        assert executions() == before  # no program and no flush of the pending graph
+        assert torch_tpu.metrics()["materializations"] == reasons
+        w.copy_(torch.arange(6.0, device="tpu") + 10)  # all-gather's write
+        assert (w + y).tolist() == [10.0 + 3 * i for i in range(6)]
+        w.untyped_storage().resize_(0)
+        w.untyped_storage().resize_(24)
+        assert w.tolist() == [0.0] * 6  # new bytes read as zeros, like the pad of a resize
+
+
 def test_loop_without_host_reads_settles_on_cached_graphs():
     out = run_isolated(
         """

@@ -282,11 +282,15 @@ void flush_graph(int device, FlushReason reason, const ProgramInspector& inspect
 
 }  // namespace
 
-StorageSlot::~StorageSlot() {
-  if (!pending) return;
+void forget_pending(StorageSlot& slot) {
+  if (!slot.pending) return;
   std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
-  if (pending) pending->live = nullptr;
+  if (!slot.pending) return;
+  slot.pending->live = nullptr;
+  slot.pending = nullptr;
 }
+
+StorageSlot::~StorageSlot() { forget_pending(*this); }
 
 EagerMode eager_mode() { return static_cast<EagerMode>(g_mode.load()); }
 

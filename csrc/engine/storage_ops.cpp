@@ -31,6 +31,18 @@ std::shared_ptr<runtime::Executable> cached(const std::string& key,
 void resize_storage(StorageSlot& slot, size_t nbytes) {
   Backend& backend = Backend::get();
   std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  if (nbytes == 0 || slot.nbytes == 0) {
+    // Emptied, or grown from empty (FSDP2 frees each unsharded parameter so
+    // between its uses, 170 times a TorchTitan step): nothing is kept, so no
+    // program runs and a graph writing the old value is not cut here. A slot
+    // without a buffer reads as zeros.
+    if (is_pending(slot) || slot.buffer) note_unrecorded(slot.device, "it resizes a storage");
+    forget_pending(slot);
+    slot.buffer = nullptr;
+    slot.bounds.reset();
+    slot.nbytes = nbytes;
+    return;
+  }
   materialize(slot, FlushReason::Storage);
   slot.bounds.reset();  // its tensor is laid out anew
   if (!slot.buffer || nbytes == slot.nbytes) {

@@ -95,6 +95,12 @@ def summarize(steps: list[dict]) -> dict:
         "programs_compiled": steps[-1]["compiles"],
         "compile_seconds": round(steps[-1]["compile_seconds"], 1),
         "programs_from_persistent_cache": steps[-1]["persistent_cache_hits"],
+        # defer_and_fuse: why the pending graph ran in the last step ("host_read", ...)
+        "materializations_last_step": {
+            reason: n - steps[-2]["materializations"].get(reason, 0)
+            for reason, n in steps[-1].get("materializations", {}).items()
+            if len(steps) > 1 and n != steps[-2]["materializations"].get(reason, 0)
+        },
     }
 
 

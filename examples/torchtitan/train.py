@@ -44,7 +44,13 @@ def record_steps(path: str) -> None:
         now = time.perf_counter()
         m = torch_tpu.metrics()
         keys = ("executions", "compiles", "persistent_cache_hits", "compile_seconds")
-        steps.append({"seconds": now - last[0], **{k: m[k] for k in keys}})
+        steps.append(
+            {
+                "seconds": now - last[0],
+                **{k: m[k] for k in keys},
+                "materializations": dict(m["materializations"]),
+            }
+        )
         last[0] = now
         with open(path, "w") as f:
             json.dump(steps, f)
