@@ -276,13 +276,14 @@ def test_a_storage_emptied_and_regrown_runs_no_program(mode):
         w = torch.arange(6.0, device="tpu")
         y = w * 2  # pending in defer_and_fuse: the graph reads w before it is emptied
         w.add_(1)
-        reasons = dict(torch_tpu.metrics()["materializations"])
         before = executions()
         w.untyped_storage().resize_(0)
+        # defer_and_fuse runs the pending graph (a reshard ends a layer's graph); no
+        # resize program in either mode
+        assert executions() == before + (mode == "defer_and_fuse")
         assert w.untyped_storage().nbytes() == 0
         w.untyped_storage().resize_(24)
-        assert executions() == before  # no program and no flush of the pending graph
-        assert torch_tpu.metrics()["materializations"] == reasons
+        assert executions() == before + (mode == "defer_and_fuse")
         w.copy_(torch.arange(6.0, device="tpu") + 10)  # all-gather's write
         assert (w + y).tolist() == [10.0 + 3 * i for i in range(6)]
         w.untyped_storage().resize_(0)

@@ -282,15 +282,11 @@ void flush_graph(int device, FlushReason reason, const ProgramInspector& inspect
 
 }  // namespace
 
-void forget_pending(StorageSlot& slot) {
-  if (!slot.pending) return;
+StorageSlot::~StorageSlot() {
+  if (!pending) return;
   std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
-  if (!slot.pending) return;
-  slot.pending->live = nullptr;
-  slot.pending = nullptr;
+  if (pending) pending->live = nullptr;
 }
-
-StorageSlot::~StorageSlot() { forget_pending(*this); }
 
 EagerMode eager_mode() { return static_cast<EagerMode>(g_mode.load()); }
 

@@ -80,11 +80,6 @@ inline void materialize(const StorageSlot& slot, FlushReason reason) {
 // Whether the slot has a buffer: while pending, the one it had before its graph.
 bool holds_buffer(const StorageSlot& slot);
 
-// The slot's value is no longer wanted (its storage is freed or emptied): the
-// pending graph stops writing it back, and the slot leaves the graph with no
-// buffer. The graph's ops still read what it held before them.
-void forget_pending(StorageSlot& slot);
-
 // Appends a recorded graph's ops (captured_graph.h) to the pending graph of
 // `device`: inputs[k] is the graph's k-th input, fresh[j] its j-th new storage.
 // Random ops draw from `generator` past its offset (the caller advances it).
