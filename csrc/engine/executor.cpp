@@ -55,6 +55,13 @@ bool too_many_layouts(const OpCall& call) {
 
 void run_now(const OpCall& call);
 
+template <typename T>
+bool store_as(int32_t i, unsigned char* out) {
+  const T v = static_cast<T>(i);
+  std::memcpy(out, &v, sizeof v);
+  return true;
+}
+
 // `s` stored as `type`, when it converts exactly (0, 1, small counts); false
 // otherwise (the program converts it, as XLA does).
 bool stored_exactly(const HostScalar& s, ElementType type, unsigned char* out) {
@@ -85,24 +92,14 @@ bool stored_exactly(const HostScalar& s, ElementType type, unsigned char* out) {
   if (!(v == static_cast<double>(static_cast<int32_t>(v)))) return false;  // NaN, fractions
   const auto i = static_cast<int32_t>(v);
   switch (type) {
-    case ElementType::F32: {
-      const float f = static_cast<float>(i);
-      std::memcpy(out, &f, sizeof f);
-      return true;
-    }
-    case ElementType::F64: {
-      const double d = i;
-      std::memcpy(out, &d, sizeof d);
-      return true;
-    }
+    case ElementType::F32:
+      return store_as<float>(i, out);
+    case ElementType::F64:
+      return store_as<double>(i, out);
     case ElementType::S32:
-      std::memcpy(out, &i, sizeof i);
-      return true;
-    case ElementType::S64: {
-      const int64_t l = i;
-      std::memcpy(out, &l, sizeof l);
-      return true;
-    }
+      return store_as<int32_t>(i, out);
+    case ElementType::S64:
+      return store_as<int64_t>(i, out);
     case ElementType::Pred:
       if (i != 0 && i != 1) return false;
       out[0] = static_cast<unsigned char>(i);
