@@ -87,6 +87,8 @@ def summarize(steps: list[dict]) -> dict:
     appears at the second)."""
     steady = steps[2:] or steps[-1:]
     deltas = [b["executions"] - a["executions"] for a, b in itertools.pairwise(steps)]
+    last = steps[-1]["materializations"]
+    before = steps[-2]["materializations"] if len(steps) > 1 else last
     return {
         "steps": len(steps),
         "first_step_seconds": round(steps[0]["seconds"], 1),
@@ -97,9 +99,9 @@ def summarize(steps: list[dict]) -> dict:
         "programs_from_persistent_cache": steps[-1]["persistent_cache_hits"],
         # defer_and_fuse: why the pending graph ran in the last step ("host_read", ...)
         "materializations_last_step": {
-            reason: n - steps[-2]["materializations"].get(reason, 0)
-            for reason, n in steps[-1].get("materializations", {}).items()
-            if len(steps) > 1 and n != steps[-2]["materializations"].get(reason, 0)
+            reason: n - before.get(reason, 0)
+            for reason, n in last.items()
+            if n != before.get(reason, 0)
         },
     }
 
