@@ -55,7 +55,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from eager_modes import Transformer
+from models import Transformer
 
 import torch_tpu
 

@@ -8,10 +8,13 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Scripts are the files with a main guard; the others are modules they share
+# (benchmarks/models.py).
 SCRIPTS = sorted(
     str(path.relative_to(ROOT))
     for folder in ("benchmarks", "examples", "tools")
     for path in (ROOT / folder).glob("*.py")
+    if '__name__ == "__main__"' in path.read_text()
 )
 # Run with `python -m`: importing the torch_tpu package imports torch, whatever they do.
 MODULES = [
