@@ -35,8 +35,8 @@ import time
 
 OURS = ("tpu_strict", "tpu_defer_and_fuse", "tpu_compiled")
 PEERS = ("xla_lazy", "xla_openxla", "torchax_jit")
-# PyTorch's own tracing of the step (Dynamo, AOTAutograd) with no compiler: what any
-# torch.compile backend's first step pays before its own work (on this process's torch)
+# cpu_aot_eager: PyTorch's own tracing of the step (Dynamo, AOTAutograd) with no
+# compiler, what any torch.compile backend's first step pays before its own work
 VARIANTS = (*OURS, *PEERS, "cpu_eager", "cpu_aot_eager")
 WARM_STEPS = 3  # after the first two, before the timed ones
 
@@ -205,7 +205,7 @@ def run_variant(args: argparse.Namespace) -> dict:
         for _ in range(steps):
             loss = step(*data[done % len(data)])
             done += 1
-        loss = float(loss)  # waits for the last step
+        loss = loss.item()  # waits for the last step
         return time.perf_counter() - start, loss
 
     first = timed(1)[0]
