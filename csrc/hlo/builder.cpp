@@ -556,6 +556,91 @@ Value Builder::transpose(const Value& x, const Dims& permutation) {
   return y;
 }
 
+namespace {
+
+// replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>
+std::string replica_groups_attr(const Builder::ReplicaGroups& groups) {
+  if (groups.empty() || groups[0].empty()) fail("collectives need non-empty replica groups");
+  std::string out = "replica_groups = dense<[";
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i].size() != groups[0].size()) fail("replica groups of unequal size");
+    out += (i ? ", " : "") + i64_list(groups[i]);
+  }
+  return out + "]> : tensor<" + std::to_string(groups.size()) + "x" +
+         std::to_string(groups[0].size()) + "xi64>";
+}
+
+int64_t group_size(const Builder::ReplicaGroups& groups) {
+  return groups.empty() ? 0 : static_cast<int64_t>(groups[0].size());
+}
+
+void check_dimension(const Value& x, int64_t dimension, const char* op) {
+  if (dimension < 0 || dimension >= x.rank()) fail(std::string(op) + " dimension out of range");
+}
+
+}  // namespace
+
+Value Builder::all_reduce(const Value& x, const ReplicaGroups& groups, const RegionFn& combine) {
+  const Shape scalar{x.type(), {}};
+  return emit1("stablehlo.all_reduce", {x}, replica_groups_attr(groups), x.shape,
+               {region({scalar, scalar}, combine)});
+}
+
+Value Builder::all_gather(const Value& x, int64_t dimension, const ReplicaGroups& groups) {
+  check_dimension(x, dimension, "all_gather");
+  Shape out = x.shape;
+  out.dims[dimension] *= group_size(groups);
+  return emit1("stablehlo.all_gather", {x},
+               "all_gather_dim = " + std::to_string(dimension) + " : i64, " +
+                   replica_groups_attr(groups),
+               out);
+}
+
+Value Builder::reduce_scatter(const Value& x, int64_t dimension, const ReplicaGroups& groups,
+                              const RegionFn& combine) {
+  check_dimension(x, dimension, "reduce_scatter");
+  const int64_t n = group_size(groups);
+  if (n == 0 || x.dim(dimension) % n != 0) fail("reduce_scatter of an indivisible dimension");
+  Shape out = x.shape;
+  out.dims[dimension] /= n;
+  const Shape scalar{x.type(), {}};
+  return emit1("stablehlo.reduce_scatter", {x},
+               "scatter_dimension = " + std::to_string(dimension) + " : i64, " +
+                   replica_groups_attr(groups),
+               out, {region({scalar, scalar}, combine)});
+}
+
+Value Builder::all_to_all(const Value& x, int64_t split_dimension, int64_t concat_dimension,
+                          const ReplicaGroups& groups) {
+  check_dimension(x, split_dimension, "all_to_all");
+  check_dimension(x, concat_dimension, "all_to_all");
+  const int64_t n = group_size(groups);
+  if (n == 0 || x.dim(split_dimension) % n != 0) fail("all_to_all of an indivisible dimension");
+  Shape out = x.shape;
+  out.dims[split_dimension] /= n;
+  out.dims[concat_dimension] *= n;
+  return emit1("stablehlo.all_to_all", {x},
+               "split_dimension = " + std::to_string(split_dimension) +
+                   " : i64, concat_dimension = " + std::to_string(concat_dimension) +
+                   " : i64, split_count = " + std::to_string(n) + " : i64, " +
+                   replica_groups_attr(groups),
+               out);
+}
+
+Value Builder::collective_permute(const Value& x,
+                                  const std::vector<std::pair<int64_t, int64_t>>& pairs) {
+  if (pairs.empty()) fail("collective_permute without pairs");
+  std::string attr = "source_target_pairs = dense<[";
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    attr += (i ? ", [" : "[") + std::to_string(pairs[i].first) + ", " +
+            std::to_string(pairs[i].second) + "]";
+  }
+  attr += "]> : tensor<" + std::to_string(pairs.size()) + "x2xi64>";
+  return emit1("stablehlo.collective_permute", {x}, attr, x.shape);
+}
+
+Value Builder::replica_id() { return emit1("stablehlo.replica_id", {}, "", {ElementType::U32, {}}); }
+
 std::vector<Value> Builder::optimization_barrier(const std::vector<Value>& values) {
   std::vector<Shape> shapes;
   for (const Value& v : values) shapes.push_back(v.shape);

@@ -227,6 +227,28 @@ class Builder {
   // the barrier: everything it returns is computed before any of its uses.
   std::vector<Value> optimization_barrier(const std::vector<Value>& values);
 
+  // ---- collectives
+  // Cross-replica: each replica of the program (one device each) runs the op
+  // on its own operand, together with the replicas of its group. `groups`
+  // partitions the replica ids; every group has `group_size` members.
+  using ReplicaGroups = std::vector<Dims>;
+  Value all_reduce(const Value& x, const ReplicaGroups& groups, const RegionFn& combine);
+  // Concatenates the group's operands along `dimension`, in replica order.
+  Value all_gather(const Value& x, int64_t dimension, const ReplicaGroups& groups);
+  // Combines the group's operands, then keeps block `i` of `dimension` (split
+  // in group-size blocks) on the group's i-th replica.
+  Value reduce_scatter(const Value& x, int64_t dimension, const ReplicaGroups& groups,
+                       const RegionFn& combine);
+  // Splits `split_dimension` in group-size blocks, sends block j to the
+  // group's j-th replica and concatenates what arrives along `concat_dimension`.
+  Value all_to_all(const Value& x, int64_t split_dimension, int64_t concat_dimension,
+                   const ReplicaGroups& groups);
+  // Sends the operand from each pair's source replica to its target; a
+  // replica no pair targets receives zeros.
+  Value collective_permute(const Value& x, const std::vector<std::pair<int64_t, int64_t>>& pairs);
+  // This replica's index (u32 scalar).
+  Value replica_id();
+
   // ---- calls
   // Calls the function `entry` on `operands`. `functions` (MLIR func.func
   // ops, `entry` among them, symbol names unique to them) enter the module

@@ -146,45 +146,105 @@ Executable::~Executable() {
 }
 
 Launch Executable::execute(int device, const std::vector<Buffer*>& inputs,
-                           const std::vector<int64_t>& non_donatable) const {
+                           const std::vector<int64_t>& non_donatable, int launch_id) const {
+  return std::move(
+      run({device}, {inputs}, non_donatable, client_->device(device), launch_id).front());
+}
+
+std::vector<Launch> Executable::execute_replicas(const std::vector<std::vector<Buffer*>>& inputs,
+                                                 const std::vector<int64_t>& non_donatable) const {
+  std::vector<int> on = devices();
+  if (on.size() != inputs.size()) {
+    throw Error("a program of " + std::to_string(on.size()) + " replicas launched with " +
+                    std::to_string(inputs.size()) + " argument lists",
+                3);
+  }
+  return run(on, inputs, non_donatable, nullptr, 0);
+}
+
+std::vector<Launch> Executable::run(const std::vector<int>& devices,
+                                    const std::vector<std::vector<Buffer*>>& inputs,
+                                    const std::vector<int64_t>& non_donatable,
+                                    PJRT_Device* execute_device, int launch_id) const {
   const Plugin& plugin = client_->plugin();
-  // Most launches take and make a few buffers: their handle lists stay on the
-  // stack (a launch's host time is counted in mallocs).
+  const size_t n = devices.size();
+  const size_t num_args = inputs.front().size();
+  // Most launches are one device taking and making a few buffers: their handle
+  // lists stay on the stack (a launch's host time is counted in mallocs).
   constexpr size_t kInline = 8;
   PJRT_Buffer* inline_args[kInline];
   PJRT_Buffer* inline_outs[kInline] = {};
   std::vector<PJRT_Buffer*> heap_args, heap_outs;
   PJRT_Buffer** args = inline_args;
-  if (inputs.size() > kInline) args = (heap_args.resize(inputs.size()), heap_args.data());
+  if (n * num_args > kInline) args = (heap_args.resize(n * num_args), heap_args.data());
   PJRT_Buffer** outs = inline_outs;
-  if (num_outputs() > kInline) outs = (heap_outs.resize(num_outputs(), nullptr), heap_outs.data());
-  for (size_t i = 0; i < inputs.size(); ++i) args[i] = inputs[i]->get();
-  PJRT_Buffer* const* arg_list = args;
-  PJRT_Buffer** out_list = outs;
-  PJRT_Event* done = nullptr;
+  if (n * num_outputs() > kInline) {
+    outs = (heap_outs.resize(n * num_outputs(), nullptr), heap_outs.data());
+  }
+  PJRT_Buffer* const* inline_arg_lists[1];
+  PJRT_Buffer** inline_out_lists[1];
+  PJRT_Event* inline_done[1] = {};
+  std::vector<PJRT_Buffer* const*> heap_arg_lists;
+  std::vector<PJRT_Buffer**> heap_out_lists;
+  std::vector<PJRT_Event*> heap_done;
+  PJRT_Buffer* const** arg_lists = inline_arg_lists;
+  PJRT_Buffer*** out_lists = inline_out_lists;
+  PJRT_Event** done = inline_done;
+  if (n > 1) {
+    heap_arg_lists.resize(n);
+    heap_out_lists.resize(n);
+    heap_done.resize(n, nullptr);
+    arg_lists = heap_arg_lists.data();
+    out_lists = heap_out_lists.data();
+    done = heap_done.data();
+  }
+  for (size_t d = 0; d < n; ++d) {
+    if (inputs[d].size() != num_args) throw Error("replicas launched with unequal arguments", 3);
+    for (size_t i = 0; i < num_args; ++i) args[d * num_args + i] = inputs[d][i]->get();
+    arg_lists[d] = args + d * num_args;
+    out_lists[d] = outs + d * num_outputs();
+  }
 
   auto options = TPU_ARGS(PJRT_ExecuteOptions, num_hlo_output_callbacks);
+  options.launch_id = launch_id;
   options.non_donatable_input_indices = non_donatable.data();
   options.num_non_donatable_input_indices = non_donatable.size();
 
   auto exec = TPU_ARGS(PJRT_LoadedExecutable_Execute_Args, execute_device);
   exec.executable = executable_;
   exec.options = &options;
-  exec.argument_lists = &arg_list;
-  exec.num_devices = 1;
-  exec.num_args = inputs.size();
-  exec.output_lists = &out_list;
-  exec.device_complete_events = &done;
-  exec.execute_device = client_->device(device);
+  exec.argument_lists = arg_lists;
+  exec.num_devices = n;
+  exec.num_args = num_args;
+  exec.output_lists = out_lists;
+  exec.device_complete_events = done;
+  exec.execute_device = execute_device;
   plugin.call(Fn::LoadedExecutableExecute, &exec, "PJRT_LoadedExecutable_Execute");
 
-  Launch launch{{}, Event(&plugin, done)};
-  launch.outputs.reserve(num_outputs());
-  for (size_t i = 0; i < num_outputs(); ++i) {
-    launch.outputs.push_back(
-        std::make_shared<Buffer>(&plugin, outs[i], output_types_[i], output_dims_[i], device));
+  std::vector<Launch> launches;
+  launches.reserve(n);
+  for (size_t d = 0; d < n; ++d) {
+    Launch& launch = launches.emplace_back(Launch{{}, Event(&plugin, done[d])});
+    launch.outputs.reserve(num_outputs());
+    for (size_t i = 0; i < num_outputs(); ++i) {
+      launch.outputs.push_back(std::make_shared<Buffer>(
+          &plugin, out_lists[d][i], output_types_[i], output_dims_[i], devices[d]));
+    }
   }
-  return launch;
+  return launches;
+}
+
+std::vector<int> Executable::devices() const {
+  const Plugin& plugin = client_->plugin();
+  auto args = TPU_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args, num_addressable_devices);
+  args.executable = executable_;
+  plugin.call(Fn::LoadedExecutableAddressableDevices, &args,
+              "PJRT_LoadedExecutable_AddressableDevices");
+  std::vector<int> indices;
+  for (size_t i = 0; i < args.num_addressable_devices; ++i) {
+    indices.push_back(client_->index_of(args.addressable_devices[i]));
+  }
+  return indices;
 }
 
 std::string Executable::serialize() const {
@@ -294,6 +354,11 @@ Client::Client(const Plugin& plugin, const std::string& platform, const ClientOp
   plugin.call(Fn::ClientAddressableDevices, &devices, "PJRT_Client_AddressableDevices");
   devices_.assign(devices.addressable_devices,
                   devices.addressable_devices + devices.num_addressable_devices);
+  for (int i = 0; i < device_count(); ++i) global_ids_.push_back(device_info(i).id);
+  auto process = TPU_ARGS(PJRT_Client_ProcessIndex_Args, process_index);
+  process.client = client_;
+  plugin.call(Fn::ClientProcessIndex, &process, "PJRT_Client_ProcessIndex");
+  process_index_ = process.process_index;
 }
 
 Client::~Client() {
@@ -312,6 +377,13 @@ PJRT_Device* Client::device(int index) const {
                 3);
   }
   return devices_[index];
+}
+
+int Client::index_of(const PJRT_Device* device) const {
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    if (devices_[i] == device) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 DeviceInfo Client::device_info(int index) const {

@@ -92,15 +92,30 @@ class Executable {
 
   size_t num_outputs() const { return output_types_.size(); }
 
-  // Launches on `device` asynchronously. Inputs listed in `donated` may be
-  // consumed (their contents are undefined afterwards).
+  // Launches on `device` asynchronously. Inputs not listed in
+  // `non_donatable` may be consumed when the program aliases them to an
+  // output (their contents are undefined afterwards). A program compiled for
+  // several replicas may be launched one device at a time: each launch of one
+  // execution carries the same non-zero `launch_id`, by which the devices'
+  // collectives find each other.
   Launch execute(int device, const std::vector<Buffer*>& inputs,
-                 const std::vector<int64_t>& non_donatable = {}) const;
+                 const std::vector<int64_t>& non_donatable = {}, int launch_id = 0) const;
+  // Launches a program compiled for several replicas on all of them at once:
+  // `inputs[i]` are the arguments of replica i, which runs on devices()[i].
+  std::vector<Launch> execute_replicas(const std::vector<std::vector<Buffer*>>& inputs,
+                                       const std::vector<int64_t>& non_donatable = {}) const;
+  // The client's device indices the program runs on, in replica order.
+  std::vector<int> devices() const;
 
   // Bytes that DeserializeAndLoad accepts (for the persistent cache).
   std::string serialize() const;
 
  private:
+  std::vector<Launch> run(const std::vector<int>& devices,
+                          const std::vector<std::vector<Buffer*>>& inputs,
+                          const std::vector<int64_t>& non_donatable, PJRT_Device* execute_device,
+                          int launch_id) const;
+
   Client* client_;
   PJRT_LoadedExecutable* executable_;
   std::vector<ElementType> output_types_;
@@ -146,6 +161,12 @@ class Client {
 
   int device_count() const { return static_cast<int>(devices_.size()); }
   PJRT_Device* device(int index) const;
+  // The index of an addressable device (-1: not one of them).
+  int index_of(const PJRT_Device* device) const;
+  // The global id of addressable device `index`: what device assignments name.
+  int64_t global_id(int index) const { return global_ids_.at(index); }
+  // Which process of a multi-process client this is (0 for one process).
+  int process_index() const { return process_index_; }
   DeviceInfo device_info(int index) const;
   MemoryStats memory_stats(int index) const;
 
@@ -181,6 +202,8 @@ class Client {
   std::string platform_name_;
   std::string platform_version_;
   std::vector<PJRT_Device*> devices_;
+  std::vector<int64_t> global_ids_;
+  int process_index_ = 0;
 };
 
 }  // namespace torch_tpu::runtime

@@ -35,16 +35,31 @@ void put_override(std::string& out, const std::string& name, int value_field, in
   put_bytes(out, 7, entry);
 }
 
+// DeviceAssignmentProto: replica_count (1), computation_count (2) and one
+// ComputationDevice (3) per partition listing its replicas' devices (1).
+std::string device_assignment(const std::vector<int64_t>& replica_devices) {
+  std::string computation;
+  for (int64_t id : replica_devices) put_int(computation, 1, id);
+  std::string out;
+  put_int(out, 1, static_cast<int64_t>(replica_devices.size()));
+  put_int(out, 2, 1);
+  put_bytes(out, 3, computation);
+  return out;
+}
+
 }  // namespace
 
 std::string CompileOptions::serialize() const {
-  // ExecutableBuildOptionsProto: num_replicas (4) = 1, num_partitions (5) = 1.
+  // ExecutableBuildOptionsProto: num_replicas (4), num_partitions (5) = 1,
+  // device_assignment (9).
+  const bool replicated = !replica_devices.empty();
   std::string build;
-  put_int(build, 4, 1);
+  put_int(build, 4, replicated ? static_cast<int64_t>(replica_devices.size()) : 1);
   put_int(build, 5, 1);
+  if (replicated) put_bytes(build, 9, device_assignment(replica_devices));
   std::string out;
   put_bytes(out, 3, build);
-  if (portable) put_int(out, 4, 1);  // compile_portable_executable
+  if (portable && !replicated) put_int(out, 4, 1);  // compile_portable_executable
   for (const auto& [name, value] : int_overrides) {
     put_override(out, name, 3, value);  // OptionOverrideProto.int_field
   }

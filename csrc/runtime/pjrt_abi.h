@@ -186,6 +186,14 @@ struct PJRT_Client_String_Args {
   size_t value_size;
 };
 
+struct PJRT_Client_ProcessIndex_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_Client* client;
+  int process_index;
+};
+
+// Client_Devices shares this layout.
 struct PJRT_Client_AddressableDevices_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
@@ -332,6 +340,14 @@ struct PJRT_LoadedExecutable_GetExecutable_Args {
   PJRT_Extension_Base* extension_start;
   PJRT_LoadedExecutable* loaded_executable;
   PJRT_Executable* executable;
+};
+
+struct PJRT_LoadedExecutable_AddressableDevices_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  PJRT_LoadedExecutable* executable;
+  PJRT_Device* const* addressable_devices;
+  size_t num_addressable_devices;
 };
 
 struct PJRT_Executable_OutputElementTypes_Args {

@@ -198,3 +198,114 @@ TEST(runtime_crash_note_is_printed_before_a_fatal_signal) {
     CHECK(out.find("not this one") == std::string::npos);
   }
 }
+
+namespace {
+
+// x + the other replicas' x, and this replica's index, on every device.
+std::shared_ptr<runtime::Executable> replicated_sum(int replicas) {
+  hlo::Builder b;
+  auto x = b.parameter({ElementType::F32, {3}});
+  hlo::Dims all;
+  for (int r = 0; r < replicas; ++r) all.push_back(r);
+  auto sum = b.all_reduce(x, {all}, [](hlo::Builder& r, const std::vector<hlo::Value>& v) {
+    return std::vector<hlo::Value>{r.add(v[0], v[1])};
+  });
+  auto id = b.convert(b.replica_id(), ElementType::F32);
+  runtime::CompileOptions options;
+  for (int r = 0; r < replicas; ++r) {
+    options.replica_devices.push_back(test_client().global_id(replicas - 1 - r));
+  }
+  return test_client().compile(b.module_text({sum, id}), options.serialize());
+}
+
+std::vector<float> read_f32(const runtime::Buffer& buffer) {
+  std::vector<float> out(buffer.element_count());
+  buffer.to_host(out.data()).await("read back");
+  return out;
+}
+
+}  // namespace
+
+// A program of two replicas, the second on device 0: launched on both at
+// once, each replica reads its own arguments and the all-reduce sums them.
+TEST(runtime_replicated_program_launched_on_all_devices_at_once) {
+  SKIP_UNLESS(test_client().device_count() >= 2, "one device");
+  auto exe = replicated_sum(2);
+  CHECK(exe->devices() == std::vector<int>({1, 0}));
+  std::vector<float> a{1, 2, 3}, b{10, 20, 30};
+  auto on1 = test_client().buffer_from_host(a.data(), ElementType::F32, {3}, 1);
+  auto on0 = test_client().buffer_from_host(b.data(), ElementType::F32, {3}, 0);
+  auto launches = exe->execute_replicas({{on1.get()}, {on0.get()}});
+  CHECK_EQ(launches.size(), 2u);
+  for (auto& l : launches) l.done.await("replicated launch");
+  CHECK_EQ(launches[0].outputs[0]->device(), 1);
+  CHECK_EQ(launches[1].outputs[0]->device(), 0);
+  for (int r = 0; r < 2; ++r) {
+    std::vector<float> sum = read_f32(*launches[r].outputs[0]);
+    std::vector<float> id = read_f32(*launches[r].outputs[1]);
+    CHECK_EQ(sum[2], 33.0f);
+    CHECK_EQ(id[0], static_cast<float>(r));
+  }
+}
+
+// Several processes launch one device each: launches of one execution meet
+// by their launch id, whichever thread makes them and in whatever order.
+TEST(runtime_replicated_program_launched_one_device_at_a_time) {
+  SKIP_UNLESS(test_client().device_count() >= 2, "one device");
+  auto exe = replicated_sum(2);
+  for (int launch_id = 1; launch_id <= 3; ++launch_id) {
+    std::vector<float> got[2];
+    std::vector<std::thread> threads;
+    for (int device = 0; device < 2; ++device) {
+      threads.emplace_back([&, device] {
+        std::vector<float> x{float(device), float(launch_id), 1};
+        auto in = test_client().buffer_from_host(x.data(), ElementType::F32, {3}, device);
+        auto launch = exe->execute(device, {in.get()}, {}, launch_id);
+        launch.done.await("per-device launch");
+        got[device] = read_f32(*launch.outputs[0]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int device = 0; device < 2; ++device) {
+      CHECK_EQ(got[device][0], 1.0f);
+      CHECK_EQ(got[device][1], 2.0f * launch_id);
+    }
+  }
+}
+
+// Each collective of the builder on two replicas (device d holds d*10 + i).
+TEST(runtime_collectives_run_across_replicas) {
+  SKIP_UNLESS(test_client().device_count() >= 2, "one device");
+  const hlo::Builder::ReplicaGroups groups{{0, 1}};
+  auto add = [](hlo::Builder& r, const std::vector<hlo::Value>& v) {
+    return std::vector<hlo::Value>{r.add(v[0], v[1])};
+  };
+  hlo::Builder b;
+  auto x = b.parameter({ElementType::F32, {4}});
+  auto gathered = b.all_gather(x, 0, groups);
+  auto scattered = b.reduce_scatter(x, 0, groups, add);
+  auto exchanged = b.all_to_all(x, 0, 0, groups);
+  auto shifted = b.collective_permute(x, {{0, 1}});
+  runtime::CompileOptions options;
+  options.replica_devices = {test_client().global_id(0), test_client().global_id(1)};
+  auto exe = test_client().compile(b.module_text({gathered, scattered, exchanged, shifted}),
+                                   options.serialize());
+  std::vector<runtime::BufferPtr> in;
+  for (int d = 0; d < 2; ++d) {
+    std::vector<float> v{d * 10.f, d * 10.f + 1, d * 10.f + 2, d * 10.f + 3};
+    in.push_back(test_client().buffer_from_host(v.data(), ElementType::F32, {4}, d));
+  }
+  auto launches = exe->execute_replicas({{in[0].get()}, {in[1].get()}});
+  for (auto& l : launches) l.done.await("collectives");
+  std::vector<float> g1 = read_f32(*launches[1].outputs[0]);
+  CHECK(g1 == std::vector<float>({0, 1, 2, 3, 10, 11, 12, 13}));
+  std::vector<float> s0 = read_f32(*launches[0].outputs[1]), s1 = read_f32(*launches[1].outputs[1]);
+  CHECK(s0 == std::vector<float>({10, 12}));
+  CHECK(s1 == std::vector<float>({14, 16}));
+  std::vector<float> a0 = read_f32(*launches[0].outputs[2]), a1 = read_f32(*launches[1].outputs[2]);
+  CHECK(a0 == std::vector<float>({0, 1, 10, 11}));
+  CHECK(a1 == std::vector<float>({2, 3, 12, 13}));
+  std::vector<float> p0 = read_f32(*launches[0].outputs[3]), p1 = read_f32(*launches[1].outputs[3]);
+  CHECK(p0 == std::vector<float>({0, 0, 0, 0}));
+  CHECK(p1 == std::vector<float>({0, 1, 2, 3}));
+}
