@@ -590,10 +590,10 @@ Value Builder::all_gather(const Value& x, int64_t dimension, const ReplicaGroups
   check_dimension(x, dimension, "all_gather");
   Shape out = x.shape;
   out.dims[dimension] *= group_size(groups);
-  return emit1("stablehlo.all_gather", {x},
-               "all_gather_dim = " + std::to_string(dimension) + " : i64, " +
-                   replica_groups_attr(groups),
-               out);
+  return emit1(
+      "stablehlo.all_gather", {x},
+      "all_gather_dim = " + std::to_string(dimension) + " : i64, " + replica_groups_attr(groups),
+      out);
 }
 
 Value Builder::reduce_scatter(const Value& x, int64_t dimension, const ReplicaGroups& groups,
@@ -604,10 +604,10 @@ Value Builder::reduce_scatter(const Value& x, int64_t dimension, const ReplicaGr
   Shape out = x.shape;
   out.dims[dimension] /= n;
   const Shape scalar{x.type(), {}};
-  return emit1("stablehlo.reduce_scatter", {x},
-               "scatter_dimension = " + std::to_string(dimension) + " : i64, " +
-                   replica_groups_attr(groups),
-               out, {region({scalar, scalar}, combine)});
+  return emit1(
+      "stablehlo.reduce_scatter", {x},
+      "scatter_dimension = " + std::to_string(dimension) + " : i64, " + replica_groups_attr(groups),
+      out, {region({scalar, scalar}, combine)});
 }
 
 Value Builder::all_to_all(const Value& x, int64_t split_dimension, int64_t concat_dimension,
@@ -639,7 +639,9 @@ Value Builder::collective_permute(const Value& x,
   return emit1("stablehlo.collective_permute", {x}, attr, x.shape);
 }
 
-Value Builder::replica_id() { return emit1("stablehlo.replica_id", {}, "", {ElementType::U32, {}}); }
+Value Builder::replica_id() {
+  return emit1("stablehlo.replica_id", {}, "", {ElementType::U32, {}});
+}
 
 std::vector<Value> Builder::optimization_barrier(const std::vector<Value>& values) {
   std::vector<Shape> shapes;

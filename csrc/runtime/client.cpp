@@ -227,8 +227,8 @@ std::vector<Launch> Executable::run(const std::vector<int>& devices,
     Launch& launch = launches.emplace_back(Launch{{}, Event(&plugin, done[d])});
     launch.outputs.reserve(num_outputs());
     for (size_t i = 0; i < num_outputs(); ++i) {
-      launch.outputs.push_back(std::make_shared<Buffer>(
-          &plugin, out_lists[d][i], output_types_[i], output_dims_[i], devices[d]));
+      launch.outputs.push_back(std::make_shared<Buffer>(&plugin, out_lists[d][i], output_types_[i],
+                                                        output_dims_[i], devices[d]));
     }
   }
   return launches;
