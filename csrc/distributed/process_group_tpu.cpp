@@ -8,6 +8,7 @@
 
 #include "aten/tensor_bridge.h"
 #include "engine/deferred.h"
+#include "engine/metrics.h"
 
 namespace torch_tpu::distributed {
 
@@ -110,6 +111,67 @@ void check_splits(const std::string& op, const char* what, const at::Tensor& t,
                     total, " but the ", what, " has ", rows, " rows");
 }
 
+void check_root(const std::string& op, int64_t root, int size) {
+  TORCH_CHECK_VALUE(root >= 0 && root < size, "tpu_dist ", op, ": root rank ", root,
+                    " is not in the group of ", size, " ranks");
+}
+
+void check_same_dtype(const std::string& op, const at::Tensor& a, const at::Tensor& b) {
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), "tpu_dist ", op,
+                   ": output and input dtypes differ (", dtype_name(a.scalar_type()), " and ",
+                   dtype_name(b.scalar_type()), ")");
+}
+
+void check_gathered(const std::string& op, const at::Tensor& output, const at::Tensor& input,
+                    int size) {
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * size, "tpu_dist ", op, ": the output has ",
+                    output.numel(), " elements, expected ", input.numel(), " (the input's) x ",
+                    size, " (the group size)");
+  check_same_dtype(op, output, input);
+}
+
+void check_scattered(const std::string& op, const at::Tensor& output, const at::Tensor& input,
+                     int size) {
+  TORCH_CHECK_VALUE(input.numel() == output.numel() * size, "tpu_dist ", op, ": the input has ",
+                    input.numel(), " elements, expected ", output.numel(), " (the output's) x ",
+                    size, " (the group size)");
+  check_same_dtype(op, output, input);
+}
+
+// per_rank[i] holds one tensor per rank, each the size and dtype of single[i].
+void check_gather_lists(const std::string& op, const std::vector<std::vector<at::Tensor>>& per_rank,
+                        const std::vector<at::Tensor>& single, int size) {
+  TORCH_CHECK_VALUE(per_rank.size() == single.size(), "tpu_dist ", op, ": ", per_rank.size(),
+                    " tensor lists for ", single.size(), " tensors");
+  for (size_t i = 0; i < single.size(); ++i) {
+    TORCH_CHECK_VALUE(static_cast<int>(per_rank[i].size()) == size, "tpu_dist ", op, ": a list of ",
+                      per_rank[i].size(), " tensors for a group of ", size, " ranks");
+    for (const at::Tensor& t : per_rank[i]) {
+      TORCH_CHECK_VALUE(t.numel() == single[i].numel(), "tpu_dist ", op, ": tensors of ", t.numel(),
+                        " and ", single[i].numel(), " elements");
+      check_same_dtype(op, t, single[i]);
+    }
+  }
+}
+
+// Explicit split sizes, or the even ones when there are none.
+std::vector<int64_t> splits_or_even(const at::Tensor& t, const std::vector<int64_t>& splits,
+                                    int size) {
+  if (!splits.empty()) return splits;
+  int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+  return std::vector<int64_t>(size, rows / size);
+}
+
+// Tensors of one dtype and element count (all_to_all's lists in one program).
+bool uniform(const std::vector<at::Tensor>& tensors) {
+  for (const at::Tensor& t : tensors) {
+    if (t.numel() != tensors[0].numel() || t.scalar_type() != tensors[0].scalar_type()) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // How the host backend runs a reduction. Gloo has neither AVG nor
 // PREMUL_SUM: AVG is a SUM whose result is divided by the group size (in
 // the dtype, truncating integers as NCCL does), PREMUL_SUM a SUM of inputs
@@ -208,10 +270,12 @@ WorkPtr start_host(const std::string& op, const std::function<WorkPtr()>& start)
 
 }  // namespace
 
-ProcessGroupTPU::ProcessGroupTPU(c10::intrusive_ptr<c10d::Backend> host, int rank, int size,
+ProcessGroupTPU::ProcessGroupTPU(c10::intrusive_ptr<c10d::Backend> host,
+                                 c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                  std::chrono::milliseconds timeout)
     : c10d::Backend(rank, size),
       host_(std::move(host)),
+      store_(std::move(store)),
       timeout_(timeout),
       completions_(std::make_unique<CompletionThread>()) {
   init();
@@ -226,12 +290,51 @@ c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupTPU::getBackendOptions() 
 void ProcessGroupTPU::setTimeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
   host_->setTimeout(timeout);
+  if (program_) program_->member().group->set_timeout(timeout);
+}
+
+void ProcessGroupTPU::setGroupUid(const std::string& pg_uid) {
+  c10d::Backend::setGroupUid(pg_uid);
+  if (program_) {
+    program_->member().group->set_name("tpu_dist group '" + pg_uid + "' (" + std::to_string(size_) +
+                                       " ranks)");
+  }
+}
+
+bool ProcessGroupTPU::in_program(const std::string& op, const std::vector<at::Tensor>& tensors) {
+  if (tensors.empty() || !store_ || !aten::is_tpu(tensors[0])) return false;
+  std::call_once(joined_, [&] {
+    program_ = join_device_group(store_, rank_, size_, tensors[0].device().index(), timeout_);
+    if (program_ && !getGroupUid().empty()) setGroupUid(getGroupUid());
+  });
+  if (!program_ || !program_->carries(tensors)) return false;
+  for (const auto& t : tensors) {
+    TORCH_CHECK_VALUE(t.layout() == at::kStrided, "tpu_dist ", op,
+                      ": only dense (strided) tensors are supported, got ", t.layout());
+  }
+  order_after_in_flight(tensors);
+  return true;
+}
+
+WorkPtr ProcessGroupTPU::program_work(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                      bool blocking) {
+  return distributed::program_work(rank_, type, program_->device(), std::move(outputs), blocking);
 }
 
 void ProcessGroupTPU::prepare(const std::string& op, const std::vector<at::Tensor>& tensors) {
   std::optional<c10::DeviceType> kind;
   for (const auto& t : tensors) check_tensor(op, t, kind);
+  order_after_in_flight(tensors);
 
+  // DeferAndFuse: pending work is materialised at the collective, on this
+  // thread, so graphs are cut at the same points in every run and the
+  // completion thread's writes replace buffers instead of joining a graph.
+  for (const auto& t : tensors) {
+    if (aten::is_tpu(t)) engine::materialize(*aten::slot_of(t), engine::FlushReason::HostRead);
+  }
+}
+
+void ProcessGroupTPU::order_after_in_flight(const std::vector<at::Tensor>& tensors) {
   // Results of an earlier collective still on their way into a storage these
   // tensors read or write must land first (NCCL orders them on its stream).
   std::vector<const void*> storages;
@@ -253,18 +356,12 @@ void ProcessGroupTPU::prepare(const std::string& op, const std::vector<at::Tenso
     });
     in_flight_.erase(first_kept, in_flight_.end());
   }
-
-  // DeferAndFuse: pending work is materialised at the collective, on this
-  // thread, so graphs are cut at the same points in every run and the
-  // completion thread's writes replace buffers instead of joining a graph.
-  for (const auto& t : tensors) {
-    if (aten::is_tpu(t)) engine::materialize(*aten::slot_of(t), engine::FlushReason::HostRead);
-  }
 }
 
 WorkPtr ProcessGroupTPU::launch(const std::string& op, c10d::OpType type, Staging staging,
                                 const std::function<WorkPtr()>& start) {
   WorkPtr host_work = start_host(op, start);
+  engine::metrics().staged_collectives++;
   auto work = c10::make_intrusive<StagedWork>(rank_, type, op, staging.outputs());
   track(work, staging.outputs());
   completions_->push(std::move(host_work), std::move(staging), work);
@@ -274,6 +371,7 @@ WorkPtr ProcessGroupTPU::launch(const std::string& op, c10d::OpType type, Stagin
 WorkPtr ProcessGroupTPU::launch_p2p(const std::string& op, c10d::OpType type, Staging staging,
                                     const std::function<WorkPtr()>& start) {
   WorkPtr host_work = start_host(op, start);
+  engine::metrics().staged_collectives++;
   auto outputs = staging.outputs();
   auto work =
       c10::make_intrusive<P2PWork>(rank_, type, op, std::move(host_work), std::move(staging));
@@ -294,6 +392,11 @@ void ProcessGroupTPU::track(const WorkPtr& work, const std::vector<at::Tensor>& 
 WorkPtr ProcessGroupTPU::broadcast(std::vector<at::Tensor>& tensors,
                                    const c10d::BroadcastOptions& opts) {
   const std::string op = "broadcast";
+  check_root(op, opts.rootRank, size_);
+  if (in_program(op, tensors)) {
+    program_->broadcast(op, tensors, static_cast<int>(opts.rootRank));
+    return program_work(c10d::OpType::BROADCAST, tensors);
+  }
   prepare(op, tensors);
   Staging staging;
   std::vector<at::Tensor> host;
@@ -307,6 +410,10 @@ WorkPtr ProcessGroupTPU::broadcast(std::vector<at::Tensor>& tensors,
 WorkPtr ProcessGroupTPU::allreduce(std::vector<at::Tensor>& tensors,
                                    const c10d::AllreduceOptions& opts) {
   const std::string op = "all_reduce";
+  if (in_program(op, tensors)) {
+    program_->all_reduce(op, tensors, opts.reduceOp);
+    return program_work(c10d::OpType::ALLREDUCE, tensors);
+  }
   prepare(op, tensors);
   HostReduction reduction(op, opts.reduceOp, tensors);
   Staging staging;
@@ -321,6 +428,10 @@ WorkPtr ProcessGroupTPU::allreduce(std::vector<at::Tensor>& tensors,
 WorkPtr ProcessGroupTPU::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                              const c10d::AllreduceCoalescedOptions& opts) {
   const std::string op = "all_reduce_coalesced";
+  if (in_program(op, tensors)) {
+    program_->all_reduce(op, tensors, opts.reduceOp);
+    return program_work(c10d::OpType::ALLREDUCE_COALESCED, tensors);
+  }
   prepare(op, tensors);
   HostReduction reduction(op, opts.reduceOp, tensors);
   Staging staging;
@@ -334,6 +445,11 @@ WorkPtr ProcessGroupTPU::allreduce_coalesced(std::vector<at::Tensor>& tensors,
 
 WorkPtr ProcessGroupTPU::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   const std::string op = "reduce";
+  check_root(op, opts.rootRank, size_);
+  if (in_program(op, tensors)) {
+    program_->reduce(op, tensors, opts.reduceOp, static_cast<int>(opts.rootRank));
+    return program_work(c10d::OpType::REDUCE, tensors);
+  }
   prepare(op, tensors);
   HostReduction reduction(op, opts.reduceOp, tensors);
   Staging staging;
@@ -351,6 +467,11 @@ WorkPtr ProcessGroupTPU::allgather(std::vector<std::vector<at::Tensor>>& outputs
                                    std::vector<at::Tensor>& inputs,
                                    const c10d::AllgatherOptions& opts) {
   const std::string op = "all_gather";
+  if (in_program(op, concat(flatten(outputs), inputs))) {
+    check_gather_lists(op, outputs, inputs, size_);
+    program_->all_gather(op, flatten(outputs), inputs, /*per_rank=*/true);
+    return program_work(c10d::OpType::ALLGATHER, flatten(outputs));
+  }
   prepare(op, concat(flatten(outputs), inputs));
   Staging staging;
   auto host_in = stage_inputs(staging, inputs);
@@ -362,13 +483,12 @@ WorkPtr ProcessGroupTPU::allgather(std::vector<std::vector<at::Tensor>>& outputs
 WorkPtr ProcessGroupTPU::_allgather_base(at::Tensor& output, at::Tensor& input,
                                          const c10d::AllgatherOptions& opts) {
   const std::string op = "all_gather_into_tensor";
+  check_gathered(op, output, input, size_);
+  if (in_program(op, {output, input})) {
+    program_->all_gather(op, {output}, {input}, /*per_rank=*/false);
+    return program_work(c10d::OpType::_ALLGATHER_BASE, {output});
+  }
   prepare(op, {output, input});
-  TORCH_CHECK_VALUE(output.numel() == input.numel() * size_, "tpu_dist ", op, ": the output has ",
-                    output.numel(), " elements, expected ", input.numel(), " (the input's) x ",
-                    size_, " (the group size)");
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "tpu_dist ", op,
-                   ": output and input dtypes differ (", dtype_name(output.scalar_type()), " and ",
-                   dtype_name(input.scalar_type()), ")");
   Staging staging;
   at::Tensor host_in = staging.input(input);
   at::Tensor host_out = staging.output(output);
@@ -380,6 +500,11 @@ WorkPtr ProcessGroupTPU::allgather_coalesced(std::vector<std::vector<at::Tensor>
                                              std::vector<at::Tensor>& inputs,
                                              const c10d::AllgatherOptions& opts) {
   const std::string op = "all_gather_coalesced";
+  if (in_program(op, concat(flatten(outputs), inputs))) {
+    check_gather_lists(op, outputs, inputs, size_);
+    program_->all_gather(op, flatten(outputs), inputs, /*per_rank=*/true);
+    return program_work(c10d::OpType::ALLGATHER_COALESCED, flatten(outputs));
+  }
   prepare(op, concat(flatten(outputs), inputs));
   Staging staging;
   auto host_in = stage_inputs(staging, inputs);
@@ -392,6 +517,13 @@ WorkPtr ProcessGroupTPU::allgather_into_tensor_coalesced(std::vector<at::Tensor>
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllgatherOptions& opts) {
   const std::string op = "all_gather_into_tensor_coalesced";
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist ", op, ": ", outputs.size(),
+                    " outputs for ", inputs.size(), " inputs");
+  for (size_t i = 0; i < inputs.size(); ++i) check_gathered(op, outputs[i], inputs[i], size_);
+  if (in_program(op, concat(outputs, inputs))) {
+    program_->all_gather(op, outputs, inputs, /*per_rank=*/false);
+    return program_work(c10d::OpType::COALESCED, outputs);
+  }
   prepare(op, concat(outputs, inputs));
   Staging staging;
   auto host_in = stage_inputs(staging, inputs);
@@ -428,6 +560,13 @@ WorkPtr ProcessGroupTPU::reduce_scatter(std::vector<at::Tensor>& outputs,
                                         std::vector<std::vector<at::Tensor>>& inputs,
                                         const c10d::ReduceScatterOptions& opts) {
   const std::string op = "reduce_scatter";
+  if (in_program(op, concat(outputs, flatten(inputs)))) {
+    check_gather_lists(op, inputs, outputs, size_);
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      program_->reduce_scatter(op, {outputs[i]}, inputs[i], opts.reduceOp, /*per_rank=*/true);
+    }
+    return program_work(c10d::OpType::REDUCE_SCATTER, outputs);
+  }
   prepare(op, concat(outputs, flatten(inputs)));
   HostReduction reduction(op, opts.reduceOp, outputs);
   Staging staging;
@@ -444,13 +583,12 @@ WorkPtr ProcessGroupTPU::reduce_scatter(std::vector<at::Tensor>& outputs,
 WorkPtr ProcessGroupTPU::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                               const c10d::ReduceScatterOptions& opts) {
   const std::string op = "reduce_scatter_tensor";
+  check_scattered(op, output, input, size_);
+  if (in_program(op, {output, input})) {
+    program_->reduce_scatter(op, {output}, {input}, opts.reduceOp, /*per_rank=*/false);
+    return program_work(c10d::OpType::_REDUCE_SCATTER_BASE, {output});
+  }
   prepare(op, {output, input});
-  TORCH_CHECK_VALUE(input.numel() == output.numel() * size_, "tpu_dist ", op, ": the input has ",
-                    input.numel(), " elements, expected ", output.numel(), " (the output's) x ",
-                    size_, " (the group size)");
-  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "tpu_dist ", op,
-                   ": output and input dtypes differ (", dtype_name(output.scalar_type()), " and ",
-                   dtype_name(input.scalar_type()), ")");
   HostReduction reduction(op, opts.reduceOp, {input});
   Staging staging;
   at::Tensor host_in = reduction.stage_inputs(staging, {input})[0];
@@ -466,6 +604,13 @@ WorkPtr ProcessGroupTPU::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::ReduceScatterOptions& opts) {
   const std::string op = "reduce_scatter_tensor_coalesced";
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "tpu_dist ", op, ": ", outputs.size(),
+                    " outputs for ", inputs.size(), " inputs");
+  for (size_t i = 0; i < inputs.size(); ++i) check_scattered(op, outputs[i], inputs[i], size_);
+  if (in_program(op, concat(outputs, inputs))) {
+    program_->reduce_scatter(op, outputs, inputs, opts.reduceOp, /*per_rank=*/false);
+    return program_work(c10d::OpType::COALESCED, outputs);
+  }
   prepare(op, concat(outputs, inputs));
   HostReduction reduction(op, opts.reduceOp, inputs);
   Staging staging;
@@ -484,9 +629,23 @@ WorkPtr ProcessGroupTPU::alltoall_base(at::Tensor& output, at::Tensor& input,
                                        std::vector<int64_t>& input_split_sizes,
                                        const c10d::AllToAllOptions& opts) {
   const std::string op = "all_to_all_single";
-  prepare(op, {output, input});
   check_splits(op, "input", input, input_split_sizes, size_);
   check_splits(op, "output", output, output_split_sizes, size_);
+  if (in_program(op, {output, input})) {
+    TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(), "tpu_dist ", op,
+                     ": output and input dtypes differ (", dtype_name(output.scalar_type()),
+                     " and ", dtype_name(input.scalar_type()), ")");
+    const bool even = input_split_sizes.empty() && output_split_sizes.empty();
+    TORCH_CHECK_VALUE(!even || input.numel() == output.numel(), "tpu_dist ", op, ": the input has ",
+                      input.numel(), " elements and the output ", output.numel(),
+                      "; even splits need as many");
+    program_->all_to_all(
+        op, {output}, {input},
+        even ? std::vector<int64_t>{} : splits_or_even(output, output_split_sizes, size_),
+        even ? std::vector<int64_t>{} : splits_or_even(input, input_split_sizes, size_));
+    return program_work(c10d::OpType::ALLTOALL_BASE, {output});
+  }
+  prepare(op, {output, input});
   Staging staging;
   at::Tensor host_in = staging.input(input);
   at::Tensor host_out = staging.output(output);
@@ -498,6 +657,11 @@ WorkPtr ProcessGroupTPU::alltoall_base(at::Tensor& output, at::Tensor& input,
 WorkPtr ProcessGroupTPU::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                   const c10d::AllToAllOptions& opts) {
   const std::string op = "all_to_all";
+  if (in_program(op, concat(outputs, inputs)) && uniform(concat(outputs, inputs)) &&
+      static_cast<int>(inputs.size()) == size_ && outputs.size() == inputs.size()) {
+    program_->all_to_all(op, outputs, inputs, {}, {});
+    return program_work(c10d::OpType::ALLTOALL, outputs);
+  }
   prepare(op, concat(outputs, inputs));
   Staging staging;
   auto host_in = stage_inputs(staging, inputs);
@@ -535,6 +699,10 @@ WorkPtr ProcessGroupTPU::recvAnysource(std::vector<at::Tensor>& tensors, int tag
 
 WorkPtr ProcessGroupTPU::barrier(const c10d::BarrierOptions& opts) {
   const std::string op = "barrier";
+  if (program_) {
+    program_->barrier(op);
+    return program_work(c10d::OpType::BARRIER, {}, /*blocking=*/true);
+  }
   prepare(op, {});
   // Completes after every earlier collective of this group (one queue).
   return launch(op, c10d::OpType::BARRIER, Staging(), [&] { return host_->barrier(opts); });
@@ -545,13 +713,14 @@ void ProcessGroupTPU::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
 }
 
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Backend>& host,
+                                                 const c10::intrusive_ptr<c10d::Store>& store,
                                                  int rank, int size,
                                                  std::chrono::milliseconds timeout) {
   TORCH_CHECK_VALUE(host, "tpu_dist: no host backend");
   TORCH_CHECK_VALUE(host->getRank() == rank && host->getSize() == size,
                     "tpu_dist: the host backend is rank ", host->getRank(), " of ", host->getSize(),
                     ", expected rank ", rank, " of ", size);
-  return c10::make_intrusive<ProcessGroupTPU>(host, rank, size, timeout);
+  return c10::make_intrusive<ProcessGroupTPU>(host, store, rank, size, timeout);
 }
 
 }  // namespace torch_tpu::distributed

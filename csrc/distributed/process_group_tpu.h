@@ -1,10 +1,13 @@
 // tpu_dist: the c10d backend of the `tpu` device.
 //
-// Every collective is staged through a host backend (Gloo, made by the Python
-// side from the same store, rank, size and timeout): tpu inputs are copied to
-// host tensors, the host backend runs the collective on them, and a completion
-// thread copies the results back into the tpu tensors in place, so every alias
-// of them sees the result. CPU tensors go to the host backend as they are.
+// A collective on tpu tensors runs inside a device program where the group's
+// ranks can share programs (join_device_group decides, once per group): the
+// devices exchange the data. Otherwise, and for CPU tensors, it is staged
+// through a host backend (Gloo, made by the Python side from the same store,
+// rank, size and timeout): tpu inputs are copied to host tensors, the host
+// backend runs the collective on them, and a completion thread copies the
+// results back into the tpu tensors in place, so every alias of them sees the
+// result. CPU tensors go to the host backend as they are.
 #pragma once
 
 #include <chrono>
@@ -15,19 +18,21 @@
 #include <utility>
 #include <vector>
 
+#include "distributed/program_collectives.h"
 #include "distributed/staged_work.h"
 
 namespace torch_tpu::distributed {
 
 class ProcessGroupTPU : public c10d::Backend {
  public:
-  ProcessGroupTPU(c10::intrusive_ptr<c10d::Backend> host, int rank, int size,
-                  std::chrono::milliseconds timeout);
+  ProcessGroupTPU(c10::intrusive_ptr<c10d::Backend> host, c10::intrusive_ptr<c10d::Store> store,
+                  int rank, int size, std::chrono::milliseconds timeout);
   ~ProcessGroupTPU() override;
 
   const std::string getBackendName() const override { return "tpu_dist"; }
   c10::intrusive_ptr<Options> getBackendOptions() override;
   void setTimeout(std::chrono::milliseconds timeout) override;
+  void setGroupUid(const std::string& pg_uid) override;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -85,6 +90,14 @@ class ProcessGroupTPU : public c10d::Backend {
   // Checks the tensors of `op` and orders it after in-flight collectives
   // that write any of their storages.
   void prepare(const std::string& op, const std::vector<at::Tensor>& tensors);
+  // Whether `op` on `tensors` runs inside a device program (then ordered
+  // after in-flight staged collectives on their storages). The group's path
+  // is decided at its first collective on tpu tensors (join_device_group):
+  // a group used for host tensors alone never starts the device.
+  bool in_program(const std::string& op, const std::vector<at::Tensor>& tensors);
+  void order_after_in_flight(const std::vector<at::Tensor>& tensors);
+  c10::intrusive_ptr<c10d::Work> program_work(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                              bool blocking = false);
   // Starts the host collective and returns the Work that finishes it.
   c10::intrusive_ptr<c10d::Work> launch(
       const std::string& op, c10d::OpType type, Staging staging,
@@ -95,6 +108,9 @@ class ProcessGroupTPU : public c10d::Backend {
   void track(const c10::intrusive_ptr<c10d::Work>& work, const std::vector<at::Tensor>& outputs);
 
   c10::intrusive_ptr<c10d::Backend> host_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::once_flag joined_;
+  std::unique_ptr<ProgramCollectives> program_;  // null: every collective is staged
   std::chrono::milliseconds timeout_;
   // Works whose results are not yet in their tensors, with those tensors'
   // storages. Collectives may be issued from several threads (DDP issues
@@ -104,8 +120,10 @@ class ProcessGroupTPU : public c10d::Backend {
   std::unique_ptr<CompletionThread> completions_;
 };
 
-// The backend over `host` (a c10d backend of CPU tensors: Gloo).
+// The backend of the group `store` serves, over `host` (a c10d backend of CPU
+// tensors: Gloo), for the current tpu device.
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Backend>& host,
+                                                 const c10::intrusive_ptr<c10d::Store>& store,
                                                  int rank, int size,
                                                  std::chrono::milliseconds timeout);
 

@@ -149,7 +149,7 @@ Backend::Backend() {
   // DeferAndFuse graph would differ from the same ops run one by one.
   runtime::CompileOptions compile_options;
   compile_options.bool_overrides.emplace_back("xla_allow_excess_precision", false);
-  full_options_ = compile_options.serialize();
+  full_options_ = compile_options;
   // Fast: for programs that run in microseconds anyway (program.cpp). Measured
   // on the CPU plugin: xla_backend_optimization_level=0 compiles single-op
   // programs in 30 ms rather than 46 and runs the demo CNN 2.5x slower;
@@ -161,7 +161,7 @@ Backend::Backend() {
   const char* fast = std::getenv("TORCH_TPU_FAST_COMPILE");
   fast_compile_ = !fast || std::string(fast) != "0";
   compile_options.int_overrides.emplace_back("xla_backend_optimization_level", 0);
-  fast_options_ = compile_options.serialize();
+  fast_options_ = compile_options;
 
   std::error_code error;
   auto plugin_file = std::filesystem::path(c.plugin_path);
@@ -193,11 +193,14 @@ void dump_program(const std::string& mlir, const std::string& name) {
 }
 
 std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, bool fast,
-                                                      const std::string& name) {
+                                                      const std::string& name,
+                                                      const std::vector<int64_t>& replica_devices) {
   TraceSpan span("tpu::compile", name);
   dump_program(mlir, name);
   fast = fast && fast_compile_;
-  const std::string& options = fast ? fast_options_ : full_options_;
+  runtime::CompileOptions compile_options = fast ? fast_options_ : full_options_;
+  compile_options.replica_devices = replica_devices;
+  const std::string options = compile_options.serialize();
   auto start = std::chrono::steady_clock::now();
   auto elapsed = [&] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
@@ -251,6 +254,14 @@ runtime::Launch Backend::launch(const runtime::Executable& executable, int devic
   runtime::Launch launch = executable.execute(device, inputs, non_donatable);
   metrics().executions++;
   return launch;
+}
+
+std::vector<runtime::Launch> Backend::launch_replicas(
+    const runtime::Executable& executable, const std::vector<std::vector<runtime::Buffer*>>& inputs,
+    const std::vector<int64_t>& non_donatable) {
+  std::vector<runtime::Launch> launches = executable.execute_replicas(inputs, non_donatable);
+  metrics().executions += static_cast<int64_t>(launches.size());
+  return launches;
 }
 
 void Backend::track(int device, runtime::Event done, const std::string* op,

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "engine/compile_cache.h"
+#include "engine/engine_mutex.h"
 #include "runtime/client.h"
+#include "runtime/compile_options.h"
 #include "runtime/device_lock.h"
 
 namespace torch_tpu::engine {
@@ -52,13 +54,22 @@ class Backend {
   // persistent cache when an earlier process compiled it. `fast`: for fast
   // compilation rather than fast execution (XLA's optimisation level 0).
   // `name`: what the program is (for profilers), e.g. its op.
+  // `replica_devices`: the global device ids a program with collectives runs
+  // on, one replica each (runtime::CompileOptions).
   std::shared_ptr<runtime::Executable> compile(const std::string& mlir, bool fast,
-                                               const std::string& name);
+                                               const std::string& name,
+                                               const std::vector<int64_t>& replica_devices = {});
   // Launches asynchronously; the caller adopts the outputs, then passes the
   // completion event to track().
   runtime::Launch launch(const runtime::Executable& executable, int device,
                          const std::vector<runtime::Buffer*>& inputs,
                          const std::vector<int64_t>& non_donatable);
+  // Launches a program of several replicas on all their devices at once
+  // (inputs[i]: replica i's); one launch per replica, in replica order.
+  std::vector<runtime::Launch> launch_replicas(
+      const runtime::Executable& executable,
+      const std::vector<std::vector<runtime::Buffer*>>& inputs,
+      const std::vector<int64_t>& non_donatable);
   // Remembers that `op` completes with `done`; raises the failure of an
   // earlier launch when the queue is drained (always, under
   // TPU_LAUNCH_BLOCKING=1).
@@ -100,7 +111,7 @@ class Backend {
 
   // The engine-wide lock: ops from several threads (autograd's device thread,
   // user threads) serialise here.
-  std::recursive_mutex& mutex() { return mutex_; }
+  EngineMutex& mutex() { return mutex_; }
 
  private:
   Backend();
@@ -124,11 +135,11 @@ class Backend {
   runtime::BufferPtr cached_constant(std::map<ScalarKey, runtime::BufferPtr>& cache, int device,
                                      ElementType type, const void* value,
                                      const std::vector<int64_t>& dims);
-  std::string fast_options_, full_options_;
+  runtime::CompileOptions fast_options_, full_options_;
   bool fast_compile_ = true;  // TORCH_TPU_FAST_COMPILE
   std::unique_ptr<CompileCache> disk_cache_;
   bool serializable_ = true;  // the plugin can serialize executables
-  std::recursive_mutex mutex_;
+  EngineMutex mutex_;
 };
 
 }  // namespace torch_tpu::engine

@@ -43,7 +43,7 @@ bool CapturedGraph::matches(const std::vector<TensorView>& args) const {
 
 bool CapturedGraph::append(const std::vector<TensorView>& args,
                            const std::vector<StorageSlot*>& fresh, RandomState* generator) const {
-  std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+  std::lock_guard<EngineMutex> lock(Backend::get().mutex());
   if (!matches(args)) return false;
   append_recorded(*recorded, device, args, fresh, generator);
   generator->offset += random_consumed;
@@ -53,7 +53,7 @@ bool CapturedGraph::append(const std::vector<TensorView>& args,
 std::optional<std::vector<runtime::BufferPtr>> CapturedGraph::replay(
     const std::vector<TensorView>& args, RandomState* generator) const {
   Backend& backend = Backend::get();
-  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  std::lock_guard<EngineMutex> lock(backend.mutex());
   for (const TensorView& a : args) {
     if (a.slot->device == device) materialize(*a.slot, FlushReason::Storage);
   }
@@ -79,7 +79,7 @@ std::optional<std::vector<runtime::BufferPtr>> CapturedGraph::replay(
         break;
     }
   }
-  runtime::Launch launch = launch_with(*program, device, std::move(buffers));
+  runtime::Launch launch = launch_with(*program, device, std::move(buffers), group);
   generator->offset += random_consumed;
   for (size_t i = 0; i < launch.outputs.size(); ++i) {
     if (output_input[i] >= 0) {

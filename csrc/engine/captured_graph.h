@@ -57,6 +57,7 @@ struct CapturedGraph {
   // eager ops between them). Null for a graph captured alone: `program`.
   std::shared_ptr<const RecordedGraph> recorded;
   std::optional<Program> program;  // none when the graph does no device work
+  GroupRank group;                 // the group its collectives run in, if any
   std::vector<ParamValue> params;
   // Input layouts the program was built for: geometry, storage size, whether
   // the storage held a buffer, and the first input sharing its storage.

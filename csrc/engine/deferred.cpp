@@ -190,6 +190,8 @@ const char* reason_name(FlushReason reason) {
       return "event";
     case FlushReason::Repeat:
       return "repeat";
+    case FlushReason::Collective:
+      return "collective";
   }
   return "";
 }
@@ -284,7 +286,7 @@ void flush_graph(int device, FlushReason reason, const ProgramInspector& inspect
 
 StorageSlot::~StorageSlot() {
   if (!pending) return;
-  std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+  std::lock_guard<EngineMutex> lock(Backend::get().mutex());
   if (pending) pending->live = nullptr;
 }
 
@@ -292,7 +294,7 @@ EagerMode eager_mode() { return static_cast<EagerMode>(g_mode.load()); }
 
 void set_eager_mode(EagerMode mode) {
   if (Backend::started()) {
-    std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+    std::lock_guard<EngineMutex> lock(Backend::get().mutex());
     flush(-1, FlushReason::ModeSwitch);
   }
   g_mode = static_cast<int>(mode);
@@ -338,7 +340,9 @@ bool holds_buffer(const StorageSlot& slot) {
                       : static_cast<bool>(slot.buffer);
 }
 
-void record(OpCall&& call) {
+namespace {
+
+void record_op(OpCall&& call) {
   hlo::Precision prec = precision();
   Signature sig = signature(call, prec);
   const OpInfo& info = op_info(call, sig, prec);
@@ -379,9 +383,22 @@ void record(OpCall&& call) {
   cut_if_due(g, op.call.device);
 }
 
+}  // namespace
+
+void record(OpCall&& call) {
+  // An eager collective is a program of its own: every rank then runs the
+  // same programs, however its other work was fused (a capture keeps its
+  // collectives: a compiled graph is the same on every rank).
+  const int device = call.device;
+  const bool alone = call.group && !graph_of(device).capturing;
+  if (alone) flush(device, FlushReason::Collective);
+  record_op(std::move(call));
+  if (alone) flush(device, FlushReason::Collective);
+}
+
 void flush(int device, FlushReason reason) {
   if (!Backend::started()) return;
-  std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+  std::lock_guard<EngineMutex> lock(Backend::get().mutex());
   if (device >= 0) {
     flush_graph(device, reason);
     return;
@@ -392,7 +409,7 @@ void flush(int device, FlushReason reason) {
 void synchronize(int device) {
   if (!Backend::started()) return;
   Backend& backend = Backend::get();
-  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  std::lock_guard<EngineMutex> lock(backend.mutex());
   flush(device, FlushReason::Synchronize);
   backend.synchronize(device);
 }
@@ -412,7 +429,7 @@ int64_t CompletionMark::wait() const {
 std::shared_ptr<CompletionMark> mark_completion(int device) {
   static auto* last = new std::unordered_map<int, std::shared_ptr<CompletionMark>>();
   Backend& backend = Backend::get();
-  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  std::lock_guard<EngineMutex> lock(backend.mutex());
   flush(device, FlushReason::Event);
   std::shared_ptr<CompletionMark>& previous = (*last)[device];
   auto mark = std::make_shared<CompletionMark>(previous && !previous->done() ? previous : nullptr);
@@ -435,7 +452,7 @@ bool capturing(int device) {
 }
 
 void begin_capture(int device, RandomState* generator, bool alone) {
-  std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+  std::lock_guard<EngineMutex> lock(Backend::get().mutex());
   if (alone) flush(device, FlushReason::Synchronize);
   Graph& g = graph_of(device);
   g.capturing = true;
@@ -474,6 +491,9 @@ std::string describe_capture(CapturedGraph& cg, const Graph& g, const Program* p
                              const std::vector<TensorView>& outputs) {
   auto input_of = [&](const StorageSlot* live) { return input_index(inputs, live); };
   std::vector<int> new_storage(g.slots.size(), -1);
+  for (const ProgramOp& op : ops) {
+    if (op.call->group) cg.group = op.call->group;
+  }
   if (program) {
     cg.program = *program;
     for (const Param& p : program->params) {
@@ -723,7 +743,7 @@ void append_recorded(const RecordedGraph& rg, int device, const std::vector<Tens
 
 std::shared_ptr<CapturedGraph> end_capture(int device, const std::vector<TensorView>& inputs,
                                            const std::vector<TensorView>& outputs) {
-  std::lock_guard<std::recursive_mutex> lock(Backend::get().mutex());
+  std::lock_guard<EngineMutex> lock(Backend::get().mutex());
   Graph& g = graph_of(device);
   auto cg = std::make_shared<CapturedGraph>();
   cg->device = device;

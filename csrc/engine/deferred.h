@@ -35,7 +35,8 @@ enum class FlushReason : int {
   ModeSwitch,
   Storage,
   Repeat,
-  Event
+  Event,
+  Collective
 };
 
 // Compiles (or finds) and launches the pending graph of `device` (-1: every

@@ -48,7 +48,8 @@ bool reads_or_writes_views(const OpCall& call) {
 // Counts the call's new layout (a program about to be compiled); true past the bound.
 bool too_many_layouts(const OpCall& call) {
   static const lower::Rule* copy_rule = lower::find_rule("_tpu_copy");
-  if (call.rule == copy_rule || !reads_or_writes_views(call)) return false;
+  // A collective's program must be the same on every rank: never one of two forms.
+  if (call.rule == copy_rule || call.group || !reads_or_writes_views(call)) return false;
   static auto* layouts = new std::unordered_map<std::string, int>();
   return (*layouts)[shape_key(call)]++ >= kLayoutsPerShape;
 }
@@ -199,7 +200,7 @@ hlo::Precision precision() { return static_cast<hlo::Precision>(g_precision.load
 
 void execute(OpCall&& call) {
   Backend& backend = Backend::get();
-  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  std::lock_guard<EngineMutex> lock(backend.mutex());
   // In strict and debug mode only compiled graphs are pending: an op on their
   // values materialises them first (it would otherwise be fused with them, and
   // every shape of the op would recompile the graphs' program).

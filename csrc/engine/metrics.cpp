@@ -26,7 +26,7 @@ void Metrics::reset() {
   for (auto* counter :
        {&compiles, &compile_nanos, &cache_hits, &cache_misses, &executions, &host_to_device_bytes,
         &host_to_device_transfers, &device_to_host_bytes, &device_to_host_transfers, &deferred_ops,
-        &persistent_cache_hits, &fast_compiles}) {
+        &persistent_cache_hits, &fast_compiles, &program_collectives, &staged_collectives}) {
     counter->store(0);
   }
   std::lock_guard<std::mutex> lock(mutex_);

@@ -26,6 +26,10 @@ struct Metrics {
   std::atomic<int64_t> device_to_host_transfers{0};
   // DeferAndFuse: ops recorded into pending graphs.
   std::atomic<int64_t> deferred_ops{0};
+  // tpu_dist collectives run inside device programs (counted per rank at
+  // launch), and those staged through the host (Gloo).
+  std::atomic<int64_t> program_collectives{0};
+  std::atomic<int64_t> staged_collectives{0};
 
   void count_fallback(const std::string& op);
   std::map<std::string, int64_t> fallbacks() const;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device_group.h"
 #include "engine/storage.h"
 #include "lower/lowering.h"
 
@@ -59,6 +60,9 @@ struct OpCall {
   std::vector<TensorView> targets;
   int device = 0;
   RandomState* random = nullptr;
+  // A collective's group and the rank issuing it: its program is compiled for
+  // the group's devices and launched through the group.
+  GroupRank group;
 };
 
 }  // namespace torch_tpu::engine

@@ -165,6 +165,7 @@ Signature signature(const OpCall& call, hlo::Precision precision) {
     k.put(use.read);
   }
   if (call.rule->precision) k.put(precision);
+  if (call.group) k.put_dims(call.group.group->device_ids());
   return sig;
 }
 
@@ -214,7 +215,9 @@ struct ProgramBuilder::State {
     Value failed, value;
     int64_t id;
   };
-  std::vector<Check> checks;  // of every op emitted, in order
+  std::vector<Check> checks;             // of every op emitted, in order
+  std::vector<int64_t> replica_devices;  // of the collectives' group
+  int collectives = 0;
 
   Value param(const hlo::Shape& shape, Param p) {
     params.push_back(p);
@@ -275,6 +278,14 @@ int64_t ProgramBuilder::emit(const ProgramOp& op, int index) {
   hlo::Builder& b = st.b;
   const OpCall& call = *op.call;
   const Signature& sig = *op.sig;
+  if (call.group) {
+    const std::vector<int64_t>& devices = call.group.group->device_ids();
+    if (st.collectives > 0 && st.replica_devices != devices) {
+      throw lower::Unsupported("collectives of two device groups in one program");
+    }
+    st.replica_devices = devices;
+    st.collectives++;
+  }
 
   // Operands.
   std::vector<lower::Arg> args;
@@ -466,8 +477,10 @@ Program ProgramBuilder::finish(const std::string* name, const std::vector<bool>&
   }
   program.params = std::move(st.params);
   program.random_consumed = std::max<int64_t>(st.first_random, 0);
-  program.executable =
-      Backend::get().compile(st.b.module_text(outputs), compiles_fast(st.b), *name);
+  program.replica_devices = st.replica_devices;
+  program.collectives = st.collectives;
+  program.executable = Backend::get().compile(st.b.module_text(outputs), compiles_fast(st.b), *name,
+                                              st.replica_devices);
   return program;
 }
 
@@ -496,6 +509,7 @@ class ProgramCache {
     }
     metrics().cache_misses++;
     Program program = build();
+    program.key_hash = std::hash<std::string>()(key);
     order_.push_front(key);
     it = programs_.emplace(key, std::make_pair(std::move(program), order_.begin())).first;
     if (programs_.size() > capacity_) {
@@ -546,7 +560,7 @@ runtime::BufferPtr random_state_buffer(int device, uint64_t seed, uint64_t offse
 }
 
 runtime::Launch launch_with(const Program& program, int device,
-                            std::vector<runtime::BufferPtr> params) {
+                            std::vector<runtime::BufferPtr> params, const GroupRank& group) {
   TraceSpan span("tpu::launch", *program.name);
   Backend& backend = Backend::get();
   if (program.checks_param >= 0) params[program.checks_param] = backend.check_code(device);
@@ -559,7 +573,14 @@ runtime::Launch launch_with(const Program& program, int device,
   for (int param : program.donor_param) {
     if (param >= 0 && params[param].use_count() != 2) non_donatable.push_back(param);
   }
-  runtime::Launch launch = backend.launch(*program.executable, device, inputs, non_donatable);
+  runtime::Launch launch;
+  if (program.replica_devices.empty()) {
+    launch = backend.launch(*program.executable, device, inputs, non_donatable);
+  } else {
+    if (!group) throw std::logic_error(*program.name + ": a program with collectives has no group");
+    launch = group.group->launch(program, group.rank, device, std::move(params), non_donatable);
+    metrics().program_collectives += program.collectives;
+  }
   if (program.checks_param >= 0) {
     backend.set_check_code(device, std::move(launch.outputs.back()));
     launch.outputs.pop_back();
@@ -608,7 +629,11 @@ runtime::Launch launch_program(const Program& program, int device,
       }
     }
   }
-  return launch_with(program, device, std::move(params));
+  GroupRank group;
+  for (const ProgramOp& op : ops) {
+    if (op.call->group) group = op.call->group;
+  }
+  return launch_with(program, device, std::move(params), group);
 }
 
 int32_t stored_size(const Param& param, const ProgramOp& op) {

@@ -69,6 +69,12 @@ struct Program {
   int checks_param = -1;
   int64_t random_consumed = 0;  // by the first op (strict programs have one)
   std::string unsupported;      // the rule declined these inputs
+  // A program with collectives: the devices of its replicas (DeviceGroup)
+  // and how many collective ops it runs.
+  std::vector<int64_t> replica_devices;
+  int collectives = 0;
+  // Of the program cache's key: ranks launching the same program agree on it.
+  uint64_t key_hash = 0;
 };
 
 // One op of a program and the runtime values it contributes.
@@ -114,8 +120,9 @@ bool has_program(const std::string& key);
 // the data-check code's is filled in here, and its update kept by the
 // backend, so `outputs` are the storages' only). A donor parameter's buffer
 // is donated only when `params` and its storage are its only holders.
+// A program with collectives is launched through `group`, as its rank.
 runtime::Launch launch_with(const Program& program, int device,
-                            std::vector<runtime::BufferPtr> params);
+                            std::vector<runtime::BufferPtr> params, const GroupRank& group = {});
 // A view offset as a parameter of `type` (s32 or s64) takes it.
 HostScalar offset_scalar(int64_t offset, ElementType type);
 // The varying size an InputSize or TargetSize parameter of `op` takes.

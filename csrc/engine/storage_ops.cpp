@@ -30,7 +30,7 @@ std::shared_ptr<runtime::Executable> cached(const std::string& key,
 
 void resize_storage(StorageSlot& slot, size_t nbytes) {
   Backend& backend = Backend::get();
-  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  std::lock_guard<EngineMutex> lock(backend.mutex());
   materialize(slot, FlushReason::Storage);
   slot.bounds.reset();  // its tensor is laid out anew
   if (nbytes == 0 || slot.nbytes == 0) {
@@ -73,7 +73,7 @@ void resize_storage(StorageSlot& slot, size_t nbytes) {
 void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64_t numel,
                     std::function<void()> release) {
   Backend& backend = Backend::get();
-  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  std::lock_guard<EngineMutex> lock(backend.mutex());
   if (static_cast<size_t>(numel * element_size(type)) != slot.nbytes) {
     throw std::logic_error("upload_storage: size mismatch");
   }
@@ -123,7 +123,7 @@ void gather_on_host(const TensorView& view, const unsigned char* storage, unsign
 
 void download_view(const TensorView& view, void* dst) {
   Backend& backend = Backend::get();
-  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  std::lock_guard<EngineMutex> lock(backend.mutex());
   int64_t numel = view.numel();
   if (numel == 0) return;
   note_unrecorded(view.slot->device, "it reads device values on the host");
@@ -183,7 +183,7 @@ void copy_view(const TensorView& src, const TensorView& dst, const std::string& 
 
 void copy_storage_across_devices(StorageSlot& dst, const StorageSlot& src) {
   Backend& backend = Backend::get();
-  std::lock_guard<std::recursive_mutex> lock(backend.mutex());
+  std::lock_guard<EngineMutex> lock(backend.mutex());
   note_unrecorded(src.device, "it copies between devices");
   note_unrecorded(dst.device, "it copies between devices");
   materialize(src, FlushReason::Storage);

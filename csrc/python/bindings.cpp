@@ -16,6 +16,7 @@
 #include "distributed/process_group_tpu.h"
 #include "engine/backend.h"
 #include "engine/deferred.h"
+#include "engine/device_group.h"
 #include "engine/executor.h"
 #include "engine/metrics.h"
 #include "lower/stablehlo_call.h"
@@ -51,6 +52,8 @@ py::dict metrics() {
   for (const auto& [op, n] : m.fallbacks()) fallbacks[py::str(op)] = n;
   d["fallbacks"] = fallbacks;
   d["deferred_ops"] = m.deferred_ops.load();
+  d["program_collectives"] = m.program_collectives.load();
+  d["staged_collectives"] = m.staged_collectives.load();
   py::dict materializations;
   for (const auto& [reason, n] : m.materializations()) materializations[py::str(reason)] = n;
   d["materializations"] = materializations;
@@ -227,14 +230,31 @@ PYBIND11_MODULE(_C, m) {
   auto capture_error = py::register_exception<engine::CaptureError>(m, "CaptureError");
   py::register_exception<engine::CaptureAlone>(m, "CaptureAlone", capture_error.ptr());
   py::class_<engine::CapturedGraph, std::shared_ptr<engine::CapturedGraph>>(m, "CapturedGraph");
-  m.def("_begin_capture", [](int device, bool alone) { aten::begin_capture(device, alone); });
-  m.def("_end_capture", [](int device, const std::vector<at::Tensor>& inputs,
-                           const std::vector<at::Tensor>& outputs) {
-    return aten::end_capture(device, inputs, outputs);
-  });
-  m.def("_replay", &aten::replay);
+  // Without the interpreter lock: materialising pending work may launch a
+  // program with collectives, which waits for the other ranks' threads.
+  m.def(
+      "_begin_capture", [](int device, bool alone) { aten::begin_capture(device, alone); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_end_capture",
+      [](int device, const std::vector<at::Tensor>& inputs,
+         const std::vector<at::Tensor>& outputs) {
+        return aten::end_capture(device, inputs, outputs);
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def("_replay", &aten::replay, py::call_guard<py::gil_scoped_release>());
 
   // torch_tpu/distributed: the tpu_dist c10d backend over a host (Gloo) backend.
-  m.def("_tpu_dist_backend", &distributed::create_backend, py::arg("host"), py::arg("rank"),
-        py::arg("size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>());
+  m.def("_tpu_dist_backend", &distributed::create_backend, py::arg("host"), py::arg("store"),
+        py::arg("rank"), py::arg("size"), py::arg("timeout"),
+        py::call_guard<py::gil_scoped_release>());
+  // A rank waiting for ranks that are threads of this process lets them run Python.
+  engine::set_blocking_wait([](const std::function<void()>& wait) {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release no_gil;
+      wait();
+    } else {
+      wait();
+    }
+  });
 }

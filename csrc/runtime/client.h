@@ -17,9 +17,15 @@ class Client;
 // Completion of asynchronous work. Owns the PJRT_Event.
 class Event {
  public:
+  Event() = default;
   Event(const Plugin* plugin, PJRT_Event* event) : plugin_(plugin), event_(event) {}
   Event(Event&& other) noexcept : plugin_(other.plugin_), event_(other.event_) {
     other.event_ = nullptr;
+  }
+  Event& operator=(Event&& other) noexcept {
+    std::swap(plugin_, other.plugin_);
+    std::swap(event_, other.event_);
+    return *this;
   }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
@@ -38,8 +44,8 @@ class Event {
   void then(std::function<void()> fn) &&;
 
  private:
-  const Plugin* plugin_;
-  PJRT_Event* event_;
+  const Plugin* plugin_ = nullptr;
+  PJRT_Event* event_ = nullptr;
 };
 
 // An immutable array on one device. Owns the PJRT_Buffer.

@@ -29,13 +29,16 @@ def create_process_group(
 ) -> dist.Backend:
     """The creator ``torch.distributed`` calls for each ``tpu_dist`` group.
 
-    The collectives travel through a Gloo group made from the same store, rank, size
-    and timeout; the C++ backend stages tpu tensors through host memory around it.
+    Collectives of tpu tensors run inside device programs when one PJRT client runs
+    every rank's device (ranks as threads of one process, each on its own device); the
+    ranks find that out through ``store`` at the group's first tpu collective. Otherwise,
+    and for CPU tensors, they travel through a Gloo group made from the same store,
+    rank, size and timeout, the C++ backend staging tpu tensors through host memory.
     """
     if not dist.is_initialized():  # the default group: check the launch variables
         launch_env(rank=rank, world_size=world_size)
     host = dist.ProcessGroupGloo(store, rank, world_size, timeout)
-    return _C._tpu_dist_backend(host, rank, world_size, timeout)
+    return _C._tpu_dist_backend(host, store, rank, world_size, timeout)
 
 
 def _with_tpu_dist_timeouts(set_pg_timeout):

@@ -1,0 +1,342 @@
+#include "distributed/program_collectives.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <random>
+
+#include "aten/tensor_bridge.h"
+#include "engine/backend.h"
+#include "engine/deferred.h"
+#include "engine/executor.h"
+#include "engine/program.h"
+#include "lower/lowering.h"
+
+namespace torch_tpu::distributed {
+
+namespace {
+
+using c10d::ReduceOp;
+
+engine::Input on_device(const at::Tensor& t) {
+  engine::Input in;
+  in.view = aten::view_of(t);
+  in.dtype = aten::element_type(t.scalar_type());
+  return in;
+}
+
+engine::Input host_scalar(engine::HostScalar s) {
+  engine::Input in;
+  in.on_device = false;
+  in.scalar = s;
+  in.dtype = s.type;
+  in.category = lower::Category::WrappedNumber;
+  return in;
+}
+
+engine::CallArg tensors_arg(const std::vector<at::Tensor>& tensors) {
+  engine::CallArg arg;
+  arg.is_operand = true;
+  arg.is_list = true;
+  for (const at::Tensor& t : tensors) arg.inputs.push_back(on_device(t));
+  return arg;
+}
+
+engine::CallArg static_arg(lower::Static value) {
+  engine::CallArg arg;
+  arg.value = std::move(value);
+  return arg;
+}
+
+engine::CallArg scalars_arg(const std::vector<int64_t>& values) {
+  engine::CallArg arg;
+  arg.is_operand = true;
+  arg.is_list = true;
+  for (int64_t v : values) {
+    arg.inputs.push_back(host_scalar(engine::HostScalar::of_int(v, ElementType::S64)));
+  }
+  return arg;
+}
+
+std::string upper(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+std::string dtype_name(at::ScalarType type) {
+  return "torch." + std::string(c10::getDtypeNames(type).first);
+}
+
+// c10d's reduction as the rules name it; raises for a reduction the tensors'
+// dtype does not have.
+std::string reduction(const std::string& op, const ReduceOp& reduce,
+                      const std::vector<at::Tensor>& tensors) {
+  std::string name;
+  switch (reduce.op_) {
+    case ReduceOp::SUM:
+      name = "sum";
+      break;
+    case ReduceOp::AVG:
+      name = "avg";
+      break;
+    case ReduceOp::PRODUCT:
+      name = "product";
+      break;
+    case ReduceOp::MIN:
+      name = "min";
+      break;
+    case ReduceOp::MAX:
+      name = "max";
+      break;
+    case ReduceOp::BAND:
+      name = "band";
+      break;
+    case ReduceOp::BOR:
+      name = "bor";
+      break;
+    case ReduceOp::BXOR:
+      name = "bxor";
+      break;
+    case ReduceOp::PREMUL_SUM:
+      name = "premul_sum";
+      break;
+    default:
+      TORCH_CHECK_VALUE(false, "tpu_dist ", op, ": unsupported reduction");
+  }
+  for (const at::Tensor& t : tensors) {
+    const at::ScalarType type = t.scalar_type();
+    TORCH_CHECK_TYPE(!t.is_complex() || name == "sum" || name == "avg" || name == "premul_sum",
+                     "tpu_dist ", op, ": complex tensors support only ReduceOp.SUM, AVG and ",
+                     "PREMUL_SUM");
+    TORCH_CHECK_TYPE(type != at::kBool || name != "avg", "tpu_dist ", op,
+                     ": ReduceOp.AVG is not defined for torch.bool tensors");
+    const bool bitwise = name == "band" || name == "bor" || name == "bxor";
+    TORCH_CHECK_TYPE(!bitwise || at::isIntegralType(type, /*includeBool=*/true), "tpu_dist ", op,
+                     ": ReduceOp.", upper(name),
+                     " is defined only for integer and bool tensors, got ", dtype_name(type));
+  }
+  return name;
+}
+
+// PREMUL_SUM's factor: a tpu tensor as an operand, anything else as a host
+// scalar (None for other reductions).
+engine::CallArg factor_arg(const ReduceOp& reduce) {
+  engine::CallArg arg;
+  arg.is_operand = true;
+  if (reduce.op_ != ReduceOp::PREMUL_SUM) {
+    arg.inputs.push_back(std::nullopt);
+    return arg;
+  }
+  auto* factor = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(reduce.supplement_.get());
+  TORCH_CHECK_VALUE(factor != nullptr, "tpu_dist: PREMUL_SUM without a factor");
+  if (factor->tensor_factor.defined() && aten::is_tpu(factor->tensor_factor)) {
+    arg.inputs.push_back(on_device(factor->tensor_factor));
+  } else {
+    const double value = factor->tensor_factor.defined() ? factor->tensor_factor.item<double>()
+                                                         : factor->double_factor;
+    arg.inputs.push_back(host_scalar(engine::HostScalar::of_double(value, ElementType::F64)));
+  }
+  return arg;
+}
+
+}  // namespace
+
+bool ProgramCollectives::carries(const std::vector<at::Tensor>& tensors) const {
+  for (const at::Tensor& t : tensors) {
+    if (!aten::is_tpu(t) || t.device().index() != device_ || t.is_conj() || t.is_neg()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+void run(const std::string& op, const char* rule, const engine::GroupRank& member, int device,
+         std::vector<engine::CallArg> args, const std::vector<at::Tensor>& targets) {
+  engine::OpCall call;
+  call.name = engine::interned("tpu_dist " + op);
+  call.rule = lower::find_rule(rule);
+  TORCH_INTERNAL_ASSERT(call.rule, "no lowering rule ", rule);
+  call.device = device;
+  call.group = member;
+  call.args = std::move(args);
+  for (const at::Tensor& t : targets) call.targets.push_back(aten::view_of(t));
+  try {
+    engine::execute(std::move(call));
+  } catch (const engine::GroupLaunchError& e) {
+    C10_THROW_ERROR(DistBackendError, e.what());
+  }
+}
+
+}  // namespace
+
+void ProgramCollectives::all_reduce(const std::string& op, const std::vector<at::Tensor>& tensors,
+                                    const ReduceOp& reduce) {
+  run(op, "_tpu_dist_all_reduce", member_, device_,
+      {tensors_arg(tensors), static_arg(reduction(op, reduce, tensors)),
+       static_arg(int64_t{size()}), factor_arg(reduce)},
+      tensors);
+}
+
+void ProgramCollectives::reduce(const std::string& op, const std::vector<at::Tensor>& tensors,
+                                const ReduceOp& reduce, int root) {
+  run(op, "_tpu_dist_reduce", member_, device_,
+      {tensors_arg(tensors), static_arg(reduction(op, reduce, tensors)),
+       static_arg(int64_t{size()}), factor_arg(reduce), static_arg(int64_t{root})},
+      tensors);
+}
+
+void ProgramCollectives::broadcast(const std::string& op, const std::vector<at::Tensor>& tensors,
+                                   int root) {
+  run(op, "_tpu_dist_broadcast", member_, device_,
+      {tensors_arg(tensors), static_arg(int64_t{root}), static_arg(int64_t{size()})}, tensors);
+}
+
+void ProgramCollectives::all_gather(const std::string& op, const std::vector<at::Tensor>& outputs,
+                                    const std::vector<at::Tensor>& inputs, bool per_rank) {
+  run(op, "_tpu_dist_all_gather", member_, device_,
+      {tensors_arg(inputs), static_arg(int64_t{size()}), static_arg(per_rank)}, outputs);
+}
+
+void ProgramCollectives::reduce_scatter(const std::string& op,
+                                        const std::vector<at::Tensor>& outputs,
+                                        const std::vector<at::Tensor>& inputs,
+                                        const ReduceOp& reduce, bool per_rank) {
+  run(op, "_tpu_dist_reduce_scatter", member_, device_,
+      {tensors_arg(inputs), static_arg(reduction(op, reduce, inputs)), static_arg(int64_t{size()}),
+       factor_arg(reduce), static_arg(per_rank)},
+      outputs);
+}
+
+void ProgramCollectives::all_to_all(const std::string& op, const std::vector<at::Tensor>& outputs,
+                                    const std::vector<at::Tensor>& inputs,
+                                    const std::vector<int64_t>& output_splits,
+                                    const std::vector<int64_t>& input_splits) {
+  run(op, "_tpu_dist_all_to_all", member_, device_,
+      {tensors_arg(inputs), static_arg(int64_t{size()}), scalars_arg(input_splits),
+       scalars_arg(output_splits)},
+      outputs);
+}
+
+void ProgramCollectives::barrier(const std::string& op) {
+  at::Tensor token = aten::empty_tpu({1}, at::kInt, static_cast<c10::DeviceIndex>(device_));
+  all_reduce(op, {token}, ReduceOp(ReduceOp::SUM));
+}
+
+// ---------------------------------------------------------------- joining
+
+namespace {
+
+// Who runs a device: one client per process, so a process of its own, told
+// apart across hosts and pid reuse. (A client made for several processes
+// shares its devices' ids across them: its job is one domain.)
+const std::string& client_domain() {
+  static const std::string domain = [] {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    std::random_device random;
+    return std::string(host) + "/" + std::to_string(getpid()) + "/" + std::to_string(random());
+  }();
+  return domain;
+}
+
+std::string group_nonce() {
+  static std::atomic<uint64_t> next{0};
+  return client_domain() + "/" + std::to_string(next++);
+}
+
+struct Member {
+  std::string domain;
+  int64_t device_id = -1;
+  std::string nonce;
+};
+
+std::string to_text(const Member& m) {
+  return m.domain + "\n" + std::to_string(m.device_id) + "\n" + m.nonce;
+}
+
+Member from_text(const std::vector<uint8_t>& bytes) {
+  std::string text(bytes.begin(), bytes.end());
+  Member m;
+  size_t a = text.find('\n'), b = text.find('\n', a + 1);
+  m.domain = text.substr(0, a);
+  m.device_id = std::stoll(text.substr(a + 1, b - a - 1));
+  m.nonce = text.substr(b + 1);
+  return m;
+}
+
+}  // namespace
+
+std::unique_ptr<ProgramCollectives> join_device_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                      int rank, int size, int device,
+                                                      std::chrono::milliseconds timeout) {
+  const Member mine{client_domain(), engine::Backend::get().client().global_id(device),
+                    group_nonce()};
+  const std::string text = to_text(mine);
+  store->set("tpu_dist/member/" + std::to_string(rank),
+             std::vector<uint8_t>(text.begin(), text.end()));
+  std::vector<Member> members;
+  for (int r = 0; r < size; ++r) {
+    members.push_back(from_text(store->get("tpu_dist/member/" + std::to_string(r))));
+  }
+  // Programs span the group when one client runs every rank's device, each
+  // rank on a device of its own; the others stage through the host.
+  std::vector<int64_t> ids;
+  for (const Member& m : members) {
+    if (m.domain != mine.domain) return nullptr;
+    if (std::find(ids.begin(), ids.end(), m.device_id) != ids.end()) return nullptr;
+    ids.push_back(m.device_id);
+  }
+  auto group = engine::in_process_group(
+      members[0].nonce, ids, "tpu_dist group of " + std::to_string(size) + " ranks", timeout);
+  return std::make_unique<ProgramCollectives>(engine::GroupRank{group, rank}, device);
+}
+
+// ---------------------------------------------------------------- Work
+
+namespace {
+
+class ProgramWork : public c10d::Work {
+ public:
+  ProgramWork(int rank, c10d::OpType type, int device, std::vector<at::Tensor> outputs,
+              bool blocking)
+      : c10d::Work(rank, type),
+        device_(device),
+        outputs_(std::move(outputs)),
+        done_(engine::mark_completion(device)),
+        blocking_(blocking),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {
+    // The results are ordered on the device before any later use of them.
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+
+  bool isCompleted() override { return done_->done(); }
+  bool isSuccess() const override { return true; }
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (blocking_) engine::synchronize(device_);
+    return true;
+  }
+  void synchronize() override {}
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  int device_;
+  std::vector<at::Tensor> outputs_;
+  std::shared_ptr<engine::CompletionMark> done_;
+  bool blocking_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> program_work(int rank, c10d::OpType type, int device,
+                                            std::vector<at::Tensor> outputs, bool blocking) {
+  return c10::make_intrusive<ProgramWork>(rank, type, device, std::move(outputs), blocking);
+}
+
+}  // namespace torch_tpu::distributed

@@ -1,0 +1,319 @@
+"""Scenarios of thread_world.py: each runs in a process of ``TORCH_TPU_NUM_DEVICES`` devices
+and returns ``{"failures": [...], ...}``. A failed check is recorded by name and the
+scenario goes on, so one run reports every failure."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from thread_world import ranks
+
+import torch_tpu
+
+
+class Checks:
+    """Failures of every rank's checks (threads append to one list)."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def fail(self, name: str, why: str) -> None:
+        with self._lock:
+            self.failures.append(f"{name}: {why}")
+
+    def close(self, name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
+        with self._lock:
+            self.count += 1
+        actual = actual.cpu()
+        if actual.dtype != expected.dtype or actual.shape != expected.shape:
+            self.fail(name, f"got {actual.dtype}{list(actual.shape)}, "
+                            f"expected {expected.dtype}{list(expected.shape)}")  # fmt: skip
+            return
+        if expected.dtype in (torch.bfloat16, torch.float16):
+            rtol, atol = 2e-2, 2e-2
+        elif expected.is_floating_point() or expected.is_complex():
+            rtol, atol = 1e-5, 1e-5
+        else:
+            rtol, atol = 0, 0
+        try:
+            torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+        except AssertionError as e:
+            self.fail(name, " ".join(str(e).splitlines()[:4]))
+
+    def true(self, name: str, condition: bool, why: str = "") -> None:
+        with self._lock:
+            self.count += 1
+        if not condition:
+            self.fail(name, why or "condition is false")
+
+    def guarded(self, name: str, fn, *args) -> None:
+        """Runs a block of checks; an exception in it is one failure."""
+        try:
+            fn(*args)
+        except Exception:
+            self.fail(name, traceback.format_exc(limit=8))
+
+    def result(self, **extra) -> dict:
+        return {"failures": self.failures, "checks": self.count, **extra}
+
+
+@contextlib.contextmanager
+def eager_mode(mode: str):
+    with torch_tpu.eager_mode(mode):
+        yield
+
+
+# ---------------------------------------------------------------- inputs
+
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+INTS = [torch.int64, torch.int32, torch.int8, torch.uint8]
+SHAPES = [(), (7,), (3, 5)]
+
+
+def make(dtype: torch.dtype, shape, rank: int, salt: int) -> torch.Tensor:
+    """The same values for (rank, salt) in every thread, small enough for products."""
+    g = torch.Generator().manual_seed(7919 * salt + rank)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if dtype.is_complex:
+        return torch.randn(shape, generator=g, dtype=dtype)
+    if dtype.is_floating_point:
+        return (torch.randn(shape, generator=g) * 0.5 + 1).to(dtype)
+    low = 0 if dtype == torch.uint8 else -3
+    return torch.randint(low, 4, shape, generator=g).to(dtype)
+
+
+def name_of(op: str, dtype: torch.dtype, shape, mode: str = "") -> str:
+    return f"{mode}:{op}[{str(dtype).removeprefix('torch.')},{list(shape)}]"
+
+
+def reduce_op(name: str):
+    if name == "premul_sum":
+        return dist._make_nccl_premul_sum(0.5)
+    return getattr(dist.ReduceOp, name.upper())
+
+
+def reference(op: str, xs: list[torch.Tensor]) -> torch.Tensor:
+    """The reduction of the ranks' values as NCCL defines it, computed on the CPU."""
+    dtype = xs[0].dtype
+    if dtype == torch.bool:
+        combine = {"sum": torch.logical_or, "max": torch.logical_or, "bor": torch.logical_or,
+                   "min": torch.logical_and, "product": torch.logical_and,
+                   "band": torch.logical_and, "bxor": torch.logical_xor}[op]  # fmt: skip
+        return functools.reduce(combine, xs)
+    if op in ("band", "bor", "bxor"):
+        combine = {"band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}
+        return functools.reduce(combine[op], xs)
+    wide = torch.float64 if dtype.is_floating_point else dtype
+    if dtype.is_complex:
+        wide = torch.complex128
+    s = torch.stack([x.to(wide) for x in xs])
+    if op == "premul_sum":
+        s = torch.stack([(x * 0.5).to(wide) for x in xs])
+    if op in ("sum", "premul_sum", "avg"):
+        out = s.sum(0)
+    elif op == "product":
+        out = s.prod(0)
+    elif op == "min":
+        out = s.amin(0)
+    else:
+        out = s.amax(0)
+    out = out.to(dtype)
+    if op == "avg":
+        n = len(xs)
+        out = out / n if (dtype.is_floating_point or dtype.is_complex) else out.div(
+            n, rounding_mode="trunc"
+        )
+    return out.to(dtype)
+
+
+def reduction_cases():
+    for dtype in FLOATS:
+        for op in ["sum", "product", "min", "max", "avg", "premul_sum"]:
+            yield op, dtype
+    for dtype in INTS:
+        for op in ["sum", "product", "min", "max", "band", "bor", "bxor", "avg"]:
+            yield op, dtype
+    for op in ["sum", "max", "min", "product", "band", "bor", "bxor"]:
+        yield op, torch.bool
+    yield "sum", torch.complex64
+    yield "avg", torch.complex64
+
+
+def strided(x: torch.Tensor) -> torch.Tensor:
+    """``x`` on tpu as a strided view inside a larger storage (zeros around it)."""
+    holder = torch.zeros((*x.shape, 3), dtype=x.dtype, device="tpu")
+    view = holder[..., 1]
+    view.copy_(x.to("tpu"))
+    return view
+
+
+# ---------------------------------------------------------------- collectives
+
+
+def check_reductions(c: Checks, rank: int, world: int, mode: str) -> None:
+    for salt, (op, dtype) in enumerate(reduction_cases()):
+        for shape in SHAPES:
+            xs = [make(dtype, shape, r, salt) for r in range(world)]
+            expected = reference(op, xs)
+            t = xs[rank].to("tpu")
+            dist.all_reduce(t, op=reduce_op(op))
+            c.close(name_of(f"all_reduce.{op}", dtype, shape, mode), t, expected)
+        if dtype in (torch.float32, torch.bfloat16, torch.int64) and op in ("sum", "max"):
+            xs = [make(dtype, (4, 3), r, salt) for r in range(world)]
+            view = strided(xs[rank])
+            dist.all_reduce(view, op=reduce_op(op))
+            c.close(name_of(f"all_reduce.{op}.strided", dtype, (4, 3), mode), view,
+                    reference(op, xs))  # fmt: skip
+            around = view._base if view._base is not None else view
+            c.true(name_of("all_reduce.strided.untouched", dtype, (4, 3), mode),
+                   bool((around[..., 0].cpu() == 0).all()))  # fmt: skip
+        if op in ("sum", "max", "avg", "premul_sum", "bxor"):
+            xs = [make(dtype, (world * 3, 2), r, 100 + salt) for r in range(world)]
+            out = torch.empty(3, 2, dtype=dtype, device="tpu")
+            dist.reduce_scatter_tensor(out, xs[rank].to("tpu"), op=reduce_op(op))
+            full = reference(op, xs)
+            c.close(name_of(f"reduce_scatter_tensor.{op}", dtype, (3, 2), mode), out,
+                    full[rank * 3 : rank * 3 + 3])  # fmt: skip
+            xs = [make(dtype, (world, 4), r, 200 + salt) for r in range(world)]
+            out = torch.empty(4, dtype=dtype, device="tpu")
+            dist.reduce_scatter(out, list(xs[rank].to("tpu").unbind(0)), op=reduce_op(op))
+            c.close(name_of(f"reduce_scatter.{op}", dtype, (4,), mode), out,
+                    reference(op, xs)[rank])  # fmt: skip
+    # Several tensors in one program.
+    xs = [[make(torch.float32, (5,), r, 900 + i) for i in range(3)] for r in range(world)]
+    ts = [x.to("tpu") for x in xs[rank]]
+    dist.all_reduce_coalesced(ts, op=dist.ReduceOp.SUM)
+    for i in range(3):
+        c.close(name_of(f"all_reduce_coalesced[{i}]", torch.float32, (5,), mode), ts[i],
+                reference("sum", [xs[r][i] for r in range(world)]))  # fmt: skip
+    # PREMUL_SUM's factor as a tensor on the device.
+    xs = [make(torch.float32, (6,), r, 950) for r in range(world)]
+    t = xs[rank].to("tpu")
+    factor = torch.tensor(0.5, device="tpu")
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(factor))
+    c.close(name_of("all_reduce.premul_sum.tensor_factor", torch.float32, (6,), mode), t,
+            reference("premul_sum", xs))  # fmt: skip
+
+
+MOVE_DTYPES = [torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.int8,
+               torch.bool, torch.complex64]  # fmt: skip
+
+
+def check_data_movement(c: Checks, rank: int, world: int, mode: str) -> None:
+    for salt, dtype in enumerate(MOVE_DTYPES):
+        for shape in SHAPES:
+            xs = [make(dtype, shape, r, 300 + salt) for r in range(world)]
+            t = xs[rank].to("tpu")
+            dist.broadcast(t, src=world - 1)
+            c.close(name_of("broadcast", dtype, shape, mode), t, xs[world - 1])
+
+            if dtype != torch.complex64:
+                op = "max" if dtype == torch.bool else "sum"
+                t = xs[rank].to("tpu")
+                dist.reduce(t, dst=0, op=reduce_op(op))
+                c.close(name_of("reduce", dtype, shape, mode), t,
+                        reference(op, xs) if rank == 0 else xs[rank])  # fmt: skip
+
+            outs = [torch.empty(shape, dtype=dtype, device="tpu") for _ in range(world)]
+            dist.all_gather(outs, xs[rank].to("tpu"))
+            for i in range(world):
+                c.close(name_of(f"all_gather[{i}]", dtype, shape, mode), outs[i], xs[i])
+
+            flat = [x.reshape(-1) for x in xs]
+            out = torch.empty(world * flat[0].numel(), dtype=dtype, device="tpu")
+            dist.all_gather_into_tensor(out, flat[rank].to("tpu"))
+            c.close(name_of("all_gather_into_tensor", dtype, shape, mode), out, torch.cat(flat))
+
+            ins = [[make(dtype, shape, r, 500 + salt + j) for j in range(world)]
+                   for r in range(world)]  # fmt: skip
+            outs = [torch.empty(shape, dtype=dtype, device="tpu") for _ in range(world)]
+            dist.all_to_all(outs, [x.to("tpu") for x in ins[rank]])
+            for i in range(world):
+                c.close(name_of(f"all_to_all[{i}]", dtype, shape, mode), outs[i], ins[i][rank])
+
+        # Even splits, then uneven ones (rank r sends r + 2j + 1 rows to rank j), then
+        # other uneven ones of the same totals (no new program).
+        xs = [make(dtype, (world * 2, 3), r, 700 + salt) for r in range(world)]
+        out = torch.empty(world * 2, 3, dtype=dtype, device="tpu")
+        dist.all_to_all_single(out, xs[rank].to("tpu"))
+        expected = torch.cat([xs[r][rank * 2 : rank * 2 + 2] for r in range(world)])
+        c.close(name_of("all_to_all_single", dtype, (world * 2, 3), mode), out, expected)
+        for variant in range(2):
+            rows = 4 * world
+            splits = [[(r + 2 * j + variant) % 4 + (1 if j == world - 1 else 0)
+                       for j in range(world)] for r in range(world)]  # fmt: skip
+            for r in range(world):  # every rank sends `rows` rows, whatever the splits
+                splits[r][-1] += rows - sum(splits[r])
+            received = [[splits[r][j] for r in range(world)] for j in range(world)]
+            xs = [make(dtype, (rows, 3), r, 600 + salt + variant) for r in range(world)]
+            offsets = [[sum(splits[r][:j]) for j in range(world)] for r in range(world)]
+            expected = torch.cat([xs[r][offsets[r][rank] : offsets[r][rank] + splits[r][rank]]
+                                  for r in range(world)])  # fmt: skip
+            out = torch.empty(sum(received[rank]), 3, dtype=dtype, device="tpu")
+            if out.shape[0] != rows:  # every rank must hold the same shapes (one program)
+                continue
+            dist.all_to_all_single(out, xs[rank].to("tpu"), received[rank], splits[rank])
+            c.close(name_of(f"all_to_all_single.uneven{variant}", dtype, (rows, 3), mode), out,
+                    expected)  # fmt: skip
+
+
+def check_groups(c: Checks, rank: int, world: int, mode: str) -> None:
+    """Sub-groups: pairs, and every other rank; only members call their group."""
+    pairs = [dist.new_group([r, r + 1]) for r in range(0, world, 2)]
+    evens = dist.new_group(list(range(0, world, 2)))
+    xs = [make(torch.float32, (5,), r, 1000) for r in range(world)]
+    t = xs[rank].to("tpu")
+    dist.all_reduce(t, group=pairs[rank // 2])
+    pair = rank - rank % 2
+    c.close(name_of("pair.all_reduce", torch.float32, (5,), mode), t,
+            reference("sum", xs[pair : pair + 2]))  # fmt: skip
+    if rank % 2 == 0:
+        members = list(range(0, world, 2))
+        t = xs[rank].to("tpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=evens)
+        c.close(name_of("evens.all_reduce", torch.float32, (5,), mode), t,
+                reference("max", [xs[r] for r in members]))  # fmt: skip
+        out = torch.empty(len(members) * 5, device="tpu")
+        dist.all_gather_into_tensor(out, xs[rank].to("tpu"), group=evens)
+        c.close(name_of("evens.all_gather", torch.float32, (5,), mode), out,
+                torch.cat([xs[r] for r in members]))  # fmt: skip
+        t = xs[rank].to("tpu")
+        dist.broadcast(t, src=members[-1], group=evens)
+        c.close(name_of("evens.broadcast", torch.float32, (5,), mode), t, xs[members[-1]])
+    dist.barrier()
+
+
+def collectives(world: int = 4, modes=("strict", "defer_and_fuse")) -> dict:
+    c = Checks()
+
+    def rank_checks(rank: int, mode: str) -> dict:
+        before = torch_tpu.metrics()
+        c.guarded(f"{mode}:reductions[rank {rank}]", check_reductions, c, rank, world, mode)
+        c.guarded(f"{mode}:data movement[rank {rank}]", check_data_movement, c, rank, world, mode)
+        c.guarded(f"{mode}:groups[rank {rank}]", check_groups, c, rank, world, mode)
+        return before
+
+    counts = {}
+    for mode in modes:
+        torch_tpu.metrics.reset() if hasattr(torch_tpu.metrics, "reset") else None
+        before = torch_tpu.metrics()
+        with eager_mode(mode):
+            ranks(world, functools.partial(rank_checks, mode=mode))
+        after = torch_tpu.metrics()
+        counts[mode] = {
+            k: after[k] - before[k] for k in ("program_collectives", "staged_collectives")
+        }
+        c.true(f"{mode}:nothing staged", counts[mode]["staged_collectives"] == 0,
+               str(counts[mode]))  # fmt: skip
+        c.true(f"{mode}:collectives in programs", counts[mode]["program_collectives"] > 1000,
+               str(counts[mode]))  # fmt: skip
+    return c.result(counts=counts)
