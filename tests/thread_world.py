@@ -113,9 +113,7 @@ def ranks(world_size: int, fn, *, timeout: timedelta = timedelta(seconds=60), jo
     failed = [(r, e) for r, e in enumerate(errors) if e is not None]
     if failed:
         first = failed[0][1][0]
-        raise RuntimeError(
-            "\n".join(f"rank {r}: {tb}" for r, (_, tb) in failed)
-        ) from first
+        raise RuntimeError("\n".join(f"rank {r}: {tb}" for r, (_, tb) in failed)) from first
     return results
 
 
@@ -123,7 +121,12 @@ def main() -> None:
     import thread_world_checks
 
     scenario, args = sys.argv[1], json.loads(sys.argv[2])
-    result = getattr(thread_world_checks, scenario)(**args)
+    try:
+        result = getattr(thread_world_checks, scenario)(**args)
+    except BaseException:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     # Rank threads that failed may still be parked in the plugin: leave at once.
     os._exit(0)

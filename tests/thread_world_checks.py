@@ -65,6 +65,27 @@ class Checks:
         return {"failures": self.failures, "checks": self.count, **extra}
 
 
+_DYNAMO = threading.Lock()
+
+
+def compiled_in_turn(fn):
+    """``torch.compile(fn, backend="tpu")`` whose calls the rank threads make one at a
+    time. Dynamo's frame cache is not safe for threads calling compiled code at once
+    (PyTorch segfaults in create_cache_entry); a call only records or appends work (the
+    caller reads its results after it, outside the lock), so ranks never wait for each
+    other inside it."""
+    compiled_fn = torch.compile(fn, backend="tpu")
+    # The group finds its path at its first collective, where every rank must come.
+    dist.all_reduce(torch.zeros(1, device="tpu"))
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with _DYNAMO:
+            return compiled_fn(*args, **kwargs)
+
+    return call
+
+
 @contextlib.contextmanager
 def eager_mode(mode: str):
     with torch_tpu.eager_mode(mode):
@@ -129,8 +150,10 @@ def reference(op: str, xs: list[torch.Tensor]) -> torch.Tensor:
     out = out.to(dtype)
     if op == "avg":
         n = len(xs)
-        out = out / n if (dtype.is_floating_point or dtype.is_complex) else out.div(
-            n, rounding_mode="trunc"
+        out = (
+            out / n
+            if (dtype.is_floating_point or dtype.is_complex)
+            else out.div(n, rounding_mode="trunc")
         )
     return out.to(dtype)
 
@@ -317,3 +340,210 @@ def collectives(world: int = 4, modes=("strict", "defer_and_fuse")) -> dict:
         c.true(f"{mode}:collectives in programs", counts[mode]["program_collectives"] > 1000,
                str(counts[mode]))  # fmt: skip
     return c.result(counts=counts)
+
+
+# ---------------------------------------------------------------- compiled
+
+
+def compiled(world: int = 4) -> dict:
+    """Functional collectives inside ``torch.compile(backend="tpu")`` graphs: lowered into
+    the graph's program (no graph break, no op-by-op run), values as the CPU computes them."""
+    import warnings
+
+    import torch.distributed._functional_collectives as funcol
+
+    c = Checks()
+
+    def step(x, group):
+        a = funcol.all_reduce(x * 2, "sum", group)
+        g = funcol.all_gather_tensor(x, 0, group)
+        r = funcol.reduce_scatter_tensor(g * 3, "avg", 0, group)
+        b = funcol.broadcast(x + 1, group.size() - 1, group)
+        t = funcol.all_to_all_single(g, None, None, group)
+        return a + 1, g, r, b, t
+
+    def rank_checks(rank: int) -> dict:
+        group = dist.group.WORLD
+        xs = [make(torch.float32, (world, 3), r, 2000) for r in range(world)]
+        gathered = torch.cat(xs)
+        expected = [
+            reference("sum", [x * 2 for x in xs]) + 1,
+            gathered,
+            reference("avg", [gathered * 3] * world).chunk(world)[rank],
+            xs[world - 1] + 1,
+            torch.cat([gathered.chunk(world)[rank]] * world),
+        ]
+        fn = compiled_in_turn(step)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for call in range(3):
+                outs = fn(xs[rank].to("tpu"), group)
+                for i, (o, e) in enumerate(zip(outs, expected)):
+                    c.close(f"compiled.call{call}.out{i}[rank {rank}]", o, e)
+        by_op = [str(w.message) for w in caught if "op by op" in str(w.message)]
+        c.true(f"compiled.no_op_by_op[rank {rank}]", not by_op, "; ".join(by_op))
+        return {}
+
+    def explained(rank: int) -> None:
+        # explain() runs the function eagerly as well: alone, no rank waits for another.
+        x = make(torch.float32, (world, 3), rank, 2000).to("tpu")
+        e = torch._dynamo.explain(step)(x, dist.group.WORLD)
+        c.true("compiled.no_graph_break", e.graph_break_count == 0 and e.graph_count == 1,
+               f"{e.graph_count} graphs, breaks: {e.break_reasons}")  # fmt: skip
+
+    def replays(rank: int) -> None:
+        fn = compiled_in_turn(step)
+        x = make(torch.float32, (world, 3), rank, 2001).to("tpu")
+        fn(x, dist.group.WORLD)[0].cpu()  # captured and run
+        dist.barrier()
+        if rank == 0:
+            counts.append(torch_tpu.metrics())
+        dist.barrier()
+        for _ in range(3):
+            torch.tpu.synchronize()
+            outs = fn(x, dist.group.WORLD)
+            outs[0].cpu()
+        dist.barrier()
+        if rank == 0:
+            counts.append(torch_tpu.metrics())
+
+    before = torch_tpu.metrics()
+    ranks(world, rank_checks)
+    after = torch_tpu.metrics()
+    staged = after["staged_collectives"] - before["staged_collectives"]
+    c.true("compiled.nothing staged", staged == 0, f"{staged} staged")
+    ranks(1, explained)
+    counts: list = []
+    ranks(world, replays)
+    # Each call of each rank: one program holding the five collectives (and two barriers,
+    # a program of one collective each).
+    programs = counts[1]["executions"] - counts[0]["executions"] - 2 * world
+    collectives = counts[1]["program_collectives"] - counts[0]["program_collectives"] - 2 * world
+    c.true("compiled.one_program_per_call", programs == 3 * world, f"{programs} programs")
+    c.true("compiled.collectives_in_it", collectives == 3 * 5 * world, f"{collectives}")
+    return c.result(programs_per_call=programs / (3 * world))
+
+
+# ---------------------------------------------------------------- training
+
+
+class Block(torch.nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.proj = torch.nn.Linear(d, d)
+        self.norm2 = torch.nn.LayerNorm(d)
+        self.up = torch.nn.Linear(d, 4 * d)
+        self.down = torch.nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm2(x))))
+
+
+class TinyTransformer(torch.nn.Module):
+    def __init__(self, vocab: int = 64, d: int = 32, layers: int = 2, seq: int = 8):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Parameter(torch.randn(seq, d) * 0.02)
+        self.blocks = torch.nn.ModuleList([Block(d, 4) for _ in range(layers)])
+        self.norm = torch.nn.LayerNorm(d)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        x = self.embed(tokens) + self.pos[: tokens.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+STEPS, BATCH, SEQ, VOCAB = 5, 8, 8, 64
+
+
+def batches():
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, VOCAB, (STEPS, BATCH, SEQ + 1), generator=g)
+    return tokens[..., :-1], tokens[..., 1:]
+
+
+def new_model(device: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return TinyTransformer().to(device)
+
+
+def train(model, inputs, targets, device: str, step_fn=None) -> list[float]:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+    def step(x, y):
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+
+    run = step_fn(step) if step_fn else step
+    losses = []
+    for x, y in zip(inputs, targets):
+        losses.append(run(x.to(device), y.to(device)))
+    return [float(loss) for loss in losses]
+
+
+def full_params(model) -> list[torch.Tensor]:
+    from torch.distributed.tensor import DTensor
+
+    return [(p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
+            for p in model.parameters()]  # fmt: skip
+
+
+def training(world: int = 4, modes=("strict", "defer_and_fuse")) -> dict:
+    """DDP and FSDP2 over ``world`` ranks of a small transformer equal training on one
+    device with the whole batch."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    c = Checks()
+    inputs, targets = batches()
+    per_rank = BATCH // world
+    one = new_model("tpu:0")
+    reference_losses = train(one, inputs, targets, "tpu:0")
+    expected = full_params(one)
+
+    def shard(t, rank):
+        return t[:, rank * per_rank : (rank + 1) * per_rank]
+
+    def rank_checks(rank: int, mode: str) -> dict:
+        device = f"tpu:{rank}"
+        ddp_model = new_model(device)
+        ddp = DDP(ddp_model)
+        losses = train(ddp, shard(inputs, rank), shard(targets, rank), device)
+        for i, (p, e) in enumerate(zip(full_params(ddp_model), expected)):
+            c.close(f"{mode}:ddp.param{i}[rank {rank}]", p, e)
+
+        mesh = init_device_mesh("tpu", (world,))
+        fsdp = new_model(device)
+        for block in fsdp.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(fsdp, mesh=mesh)
+        train(fsdp, shard(inputs, rank), shard(targets, rank), device)
+        for i, (p, e) in enumerate(zip(full_params(fsdp), expected)):
+            c.close(f"{mode}:fsdp2.param{i}[rank {rank}]", p, e)
+        return losses
+
+    results = {}
+    for mode in modes:
+        before = torch_tpu.metrics()
+        with eager_mode(mode):
+            ranks(world, functools.partial(rank_checks, mode=mode))
+        after = torch_tpu.metrics()
+        staged = after["staged_collectives"] - before["staged_collectives"]
+        c.true(f"{mode}:training.nothing staged", staged == 0, f"{staged} staged")
+        results[mode] = after["program_collectives"] - before["program_collectives"]
+    return c.result(reference_losses=reference_losses, program_collectives=results)

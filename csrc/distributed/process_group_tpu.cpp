@@ -304,7 +304,7 @@ void ProcessGroupTPU::setGroupUid(const std::string& pg_uid) {
 bool ProcessGroupTPU::in_program(const std::string& op, const std::vector<at::Tensor>& tensors) {
   if (tensors.empty() || !store_ || !aten::is_tpu(tensors[0])) return false;
   std::call_once(joined_, [&] {
-    program_ = join_device_group(store_, rank_, size_, tensors[0].device().index(), timeout_);
+    program_ = join_device_group(store_, op, rank_, size_, tensors[0].device().index(), timeout_);
     if (program_ && !getGroupUid().empty()) setGroupUid(getGroupUid());
   });
   if (!program_ || !program_->carries(tensors)) return false;
@@ -394,7 +394,7 @@ WorkPtr ProcessGroupTPU::broadcast(std::vector<at::Tensor>& tensors,
   const std::string op = "broadcast";
   check_root(op, opts.rootRank, size_);
   if (in_program(op, tensors)) {
-    program_->broadcast(op, tensors, static_cast<int>(opts.rootRank));
+    program_->broadcast(op, tensors, tensors, static_cast<int>(opts.rootRank));
     return program_work(c10d::OpType::BROADCAST, tensors);
   }
   prepare(op, tensors);
@@ -411,7 +411,7 @@ WorkPtr ProcessGroupTPU::allreduce(std::vector<at::Tensor>& tensors,
                                    const c10d::AllreduceOptions& opts) {
   const std::string op = "all_reduce";
   if (in_program(op, tensors)) {
-    program_->all_reduce(op, tensors, opts.reduceOp);
+    program_->all_reduce(op, tensors, tensors, opts.reduceOp);
     return program_work(c10d::OpType::ALLREDUCE, tensors);
   }
   prepare(op, tensors);
@@ -429,7 +429,7 @@ WorkPtr ProcessGroupTPU::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                              const c10d::AllreduceCoalescedOptions& opts) {
   const std::string op = "all_reduce_coalesced";
   if (in_program(op, tensors)) {
-    program_->all_reduce(op, tensors, opts.reduceOp);
+    program_->all_reduce(op, tensors, tensors, opts.reduceOp);
     return program_work(c10d::OpType::ALLREDUCE_COALESCED, tensors);
   }
   prepare(op, tensors);

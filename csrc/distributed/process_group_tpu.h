@@ -33,6 +33,11 @@ class ProcessGroupTPU : public c10d::Backend {
   c10::intrusive_ptr<Options> getBackendOptions() override;
   void setTimeout(std::chrono::milliseconds timeout) override;
   void setGroupUid(const std::string& pg_uid) override;
+  // The in-program path for `op` on `tensors` (functional collectives take
+  // it), or null where they are staged.
+  ProgramCollectives* program_for(const std::string& op, const std::vector<at::Tensor>& tensors) {
+    return in_program(op, tensors) ? program_.get() : nullptr;
+  }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

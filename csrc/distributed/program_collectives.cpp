@@ -173,12 +173,12 @@ void run(const std::string& op, const char* rule, const engine::GroupRank& membe
 
 }  // namespace
 
-void ProgramCollectives::all_reduce(const std::string& op, const std::vector<at::Tensor>& tensors,
-                                    const ReduceOp& reduce) {
+void ProgramCollectives::all_reduce(const std::string& op, const std::vector<at::Tensor>& outputs,
+                                    const std::vector<at::Tensor>& inputs, const ReduceOp& reduce) {
   run(op, "_tpu_dist_all_reduce", member_, device_,
-      {tensors_arg(tensors), static_arg(reduction(op, reduce, tensors)),
-       static_arg(int64_t{size()}), factor_arg(reduce)},
-      tensors);
+      {tensors_arg(inputs), static_arg(reduction(op, reduce, inputs)), static_arg(int64_t{size()}),
+       factor_arg(reduce)},
+      outputs);
 }
 
 void ProgramCollectives::reduce(const std::string& op, const std::vector<at::Tensor>& tensors,
@@ -189,10 +189,10 @@ void ProgramCollectives::reduce(const std::string& op, const std::vector<at::Ten
       tensors);
 }
 
-void ProgramCollectives::broadcast(const std::string& op, const std::vector<at::Tensor>& tensors,
-                                   int root) {
+void ProgramCollectives::broadcast(const std::string& op, const std::vector<at::Tensor>& outputs,
+                                   const std::vector<at::Tensor>& inputs, int root) {
   run(op, "_tpu_dist_broadcast", member_, device_,
-      {tensors_arg(tensors), static_arg(int64_t{root}), static_arg(int64_t{size()})}, tensors);
+      {tensors_arg(inputs), static_arg(int64_t{root}), static_arg(int64_t{size()})}, outputs);
 }
 
 void ProgramCollectives::all_gather(const std::string& op, const std::vector<at::Tensor>& outputs,
@@ -223,7 +223,7 @@ void ProgramCollectives::all_to_all(const std::string& op, const std::vector<at:
 
 void ProgramCollectives::barrier(const std::string& op) {
   at::Tensor token = aten::empty_tpu({1}, at::kInt, static_cast<c10::DeviceIndex>(device_));
-  all_reduce(op, {token}, ReduceOp(ReduceOp::SUM));
+  all_reduce(op, {token}, {token}, ReduceOp(ReduceOp::SUM));
 }
 
 // ---------------------------------------------------------------- joining
@@ -271,17 +271,26 @@ Member from_text(const std::vector<uint8_t>& bytes) {
 }  // namespace
 
 std::unique_ptr<ProgramCollectives> join_device_group(const c10::intrusive_ptr<c10d::Store>& store,
-                                                      int rank, int size, int device,
+                                                      const std::string& op, int rank, int size,
+                                                      int device,
                                                       std::chrono::milliseconds timeout) {
   const Member mine{client_domain(), engine::Backend::get().client().global_id(device),
                     group_nonce()};
   const std::string text = to_text(mine);
-  store->set("tpu_dist/member/" + std::to_string(rank),
-             std::vector<uint8_t>(text.begin(), text.end()));
-  std::vector<Member> members;
-  for (int r = 0; r < size; ++r) {
-    members.push_back(from_text(store->get("tpu_dist/member/" + std::to_string(r))));
+  auto key = [](int r) { return "tpu_dist/member/" + std::to_string(r); };
+  store->set(key(rank), std::vector<uint8_t>(text.begin(), text.end()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(key(r));
+  try {
+    store->wait(keys, timeout);
+  } catch (const c10::DistStoreError& e) {
+    C10_THROW_ERROR(DistBackendError, "tpu_dist " + op + " failed: not every rank of the group " +
+                                          "reached its first collective within " +
+                                          std::to_string(timeout.count()) + " ms (" +
+                                          e.what_without_backtrace() + ")");
   }
+  std::vector<Member> members;
+  for (int r = 0; r < size; ++r) members.push_back(from_text(store->get(key(r))));
   // Programs span the group when one client runs every rank's device, each
   // rank on a device of its own; the others stage through the host.
   std::vector<int64_t> ids;

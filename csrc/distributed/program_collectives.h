@@ -33,12 +33,13 @@ class ProgramCollectives {
   bool carries(const std::vector<at::Tensor>& tensors) const;
 
   // Each writes its results into the given tensors (pending on the device
-  // when it returns). Bad arguments raise, naming `op`.
-  void all_reduce(const std::string& op, const std::vector<at::Tensor>& tensors,
-                  const c10d::ReduceOp& reduce);
+  // when it returns); outputs may be the inputs. Bad arguments raise, naming `op`.
+  void all_reduce(const std::string& op, const std::vector<at::Tensor>& outputs,
+                  const std::vector<at::Tensor>& inputs, const c10d::ReduceOp& reduce);
   void reduce(const std::string& op, const std::vector<at::Tensor>& tensors,
               const c10d::ReduceOp& reduce, int root);
-  void broadcast(const std::string& op, const std::vector<at::Tensor>& tensors, int root);
+  void broadcast(const std::string& op, const std::vector<at::Tensor>& outputs,
+                 const std::vector<at::Tensor>& inputs, int root);
   // outputs[i] receives inputs[i] from every rank: one tensor of group-size
   // times its elements, or (per_rank) one tensor per rank.
   void all_gather(const std::string& op, const std::vector<at::Tensor>& outputs,
@@ -63,12 +64,14 @@ class ProgramCollectives {
 
 // The in-program path of the group `store` serves (rank `rank` of `size`, on
 // tpu:`device`), or null when its ranks cannot share device programs: this
-// is where the path of a group is decided. The ranks publish their client's
+// is where the path of a group is decided, at its first collective `op` on
+// tpu tensors (a rank missing there past `timeout` fails it). The ranks publish their client's
 // domain and device; programs span the group when one client runs all its
 // devices (ranks as threads of one process; a client made for a multi-
 // process job), each rank on a device of its own.
 std::unique_ptr<ProgramCollectives> join_device_group(const c10::intrusive_ptr<c10d::Store>& store,
-                                                      int rank, int size, int device,
+                                                      const std::string& op, int rank, int size,
+                                                      int device,
                                                       std::chrono::milliseconds timeout);
 
 // The Work of a collective run inside a program: its results are the

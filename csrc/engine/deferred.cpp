@@ -101,20 +101,39 @@ struct Graph {
   std::string broken;
   RandomState* generator = nullptr;
   uint64_t start_offset = 0;
+  // The thread launching this graph's program through a device group, which
+  // lets go of the backend mutex while the group's ranks meet: until it is
+  // back, other threads leave the device's graph alone.
+  std::atomic<std::thread::id> launching{};
 };
 
-// Pending graphs by device; guarded by the backend mutex. Leaked: they hold
-// buffers, which must outlive every static destructor.
-std::vector<Graph>& graphs() {
-  static auto* g = new std::vector<Graph>();
+// Pending graphs by device; guarded by the backend mutex. A deque: growing
+// it for a new device keeps the others' graphs where they are (a rank waiting
+// for its group lets go of the mutex while it holds its graph). Leaked: they
+// hold buffers, which must outlive every static destructor.
+std::deque<Graph>& graphs() {
+  static auto* g = new std::deque<Graph>();
   return *g;
 }
 
 Graph& graph_of(int device) {
   auto& g = graphs();
   if (static_cast<int>(g.size()) <= device) g.resize(device + 1);
-  return g[device];
+  Graph& graph = g[device];
+  const std::thread::id me = std::this_thread::get_id();
+  while (graph.launching.load() != std::thread::id() && graph.launching.load() != me) {
+    Backend::get().mutex().unlocked_while(
+        [] { std::this_thread::sleep_for(std::chrono::microseconds(200)); });
+  }
+  return graph;
 }
+
+// Marks `g` as launched by this thread while it exists.
+struct LaunchingGraph {
+  explicit LaunchingGraph(Graph& g) : g(g) { g.launching = std::this_thread::get_id(); }
+  ~LaunchingGraph() { g.launching = std::thread::id(); }
+  Graph& g;
+};
 
 // What recording needs to know of an op before it runs: whether its rule
 // accepts the inputs and how many random offsets it draws. Found by lowering
@@ -261,6 +280,7 @@ void flush_graph(int device, FlushReason reason, const ProgramInspector& inspect
       return builder.finish(interned(program_name(g)), keep);
     });
     if (inspect) inspect(&program, ops);
+    LaunchingGraph launching(g);
     runtime::Launch launch = launch_program(program, device, storages, ops);
     for (size_t i = 0; i < program.output_slots.size(); ++i) {
       StorageSlot* live = g.slots[program.output_slots[i]].live;
