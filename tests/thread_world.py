@@ -99,7 +99,7 @@ def ranks(world_size: int, fn, *, timeout: timedelta = timedelta(seconds=60), jo
                 results[rank] = fn(rank)
             finally:
                 dist.destroy_process_group()
-        except BaseException as e:  # noqa: BLE001 - reported to the caller
+        except BaseException as e:
             errors[rank] = (e, traceback.format_exc())
 
     threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(world_size)]

@@ -8,7 +8,6 @@ import contextlib
 import functools
 import threading
 import traceback
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -29,7 +28,8 @@ class Checks:
         with self._lock:
             self.failures.append(f"{name}: {why}")
 
-    def close(self, name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
+    def close(self, name: str, actual: torch.Tensor, expected: torch.Tensor, rtol=None) -> None:
+        rtol_override = rtol
         with self._lock:
             self.count += 1
         actual = actual.cpu()
@@ -43,6 +43,8 @@ class Checks:
             rtol, atol = 1e-5, 1e-5
         else:
             rtol, atol = 0, 0
+        if rtol_override is not None:
+            rtol, atol = rtol_override, rtol_override / 10
         try:
             torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
         except AssertionError as e:
@@ -291,16 +293,18 @@ def check_data_movement(c: Checks, rank: int, world: int, mode: str) -> None:
 
 def check_groups(c: Checks, rank: int, world: int, mode: str) -> None:
     """Sub-groups: pairs, and every other rank; only members call their group."""
-    pairs = [dist.new_group([r, r + 1]) for r in range(0, world, 2)]
-    evens = dist.new_group(list(range(0, world, 2)))
+    paired = world - world % 2
+    pairs = [dist.new_group([r, r + 1]) for r in range(0, paired, 2)]
+    members = list(range(0, world, 2))
+    evens = dist.new_group(members) if len(members) > 1 else None
     xs = [make(torch.float32, (5,), r, 1000) for r in range(world)]
-    t = xs[rank].to("tpu")
-    dist.all_reduce(t, group=pairs[rank // 2])
-    pair = rank - rank % 2
-    c.close(name_of("pair.all_reduce", torch.float32, (5,), mode), t,
-            reference("sum", xs[pair : pair + 2]))  # fmt: skip
-    if rank % 2 == 0:
-        members = list(range(0, world, 2))
+    if rank < paired:
+        t = xs[rank].to("tpu")
+        dist.all_reduce(t, group=pairs[rank // 2])
+        pair = rank - rank % 2
+        c.close(name_of("pair.all_reduce", torch.float32, (5,), mode), t,
+                reference("sum", xs[pair : pair + 2]))  # fmt: skip
+    if evens is not None and rank in members:
         t = xs[rank].to("tpu")
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=evens)
         c.close(name_of("evens.all_reduce", torch.float32, (5,), mode), t,
@@ -337,7 +341,7 @@ def collectives(world: int = 4, modes=("strict", "defer_and_fuse")) -> dict:
         }
         c.true(f"{mode}:nothing staged", counts[mode]["staged_collectives"] == 0,
                str(counts[mode]))  # fmt: skip
-        c.true(f"{mode}:collectives in programs", counts[mode]["program_collectives"] > 1000,
+        c.true(f"{mode}:collectives in programs", counts[mode]["program_collectives"] > 250 * world,
                str(counts[mode]))  # fmt: skip
     return c.result(counts=counts)
 
@@ -472,13 +476,22 @@ def batches():
     return tokens[..., :-1], tokens[..., 1:]
 
 
+_INIT = threading.Lock()
+
+
 def new_model(device: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return TinyTransformer().to(device)
+    # The CPU generator is the process's: ranks draw their weights one at a time.
+    with _INIT:
+        torch.manual_seed(0)
+        model = TinyTransformer()
+    return model.to(device)
 
 
 def train(model, inputs, targets, device: str, step_fn=None) -> list[float]:
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    # SGD: its updates are linear in the gradients, so the order in which the ranks'
+    # gradients are summed changes parameters by rounding only (AdamW divides a key
+    # bias's gradient, zero up to rounding, by its own magnitude).
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
     def step(x, y):
         logits = model(x)
@@ -525,7 +538,7 @@ def training(world: int = 4, modes=("strict", "defer_and_fuse")) -> dict:
         ddp = DDP(ddp_model)
         losses = train(ddp, shard(inputs, rank), shard(targets, rank), device)
         for i, (p, e) in enumerate(zip(full_params(ddp_model), expected)):
-            c.close(f"{mode}:ddp.param{i}[rank {rank}]", p, e)
+            c.close(f"{mode}:ddp.param{i}[rank {rank}]", p, e, rtol=1e-4)
 
         mesh = init_device_mesh("tpu", (world,))
         fsdp = new_model(device)
@@ -534,7 +547,7 @@ def training(world: int = 4, modes=("strict", "defer_and_fuse")) -> dict:
         fully_shard(fsdp, mesh=mesh)
         train(fsdp, shard(inputs, rank), shard(targets, rank), device)
         for i, (p, e) in enumerate(zip(full_params(fsdp), expected)):
-            c.close(f"{mode}:fsdp2.param{i}[rank {rank}]", p, e)
+            c.close(f"{mode}:fsdp2.param{i}[rank {rank}]", p, e, rtol=1e-4)
         return losses
 
     results = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
+import weakref
 
 import torch
 
@@ -87,8 +88,23 @@ def _init_from_env() -> None:
     register_optimizer_step_post_hook(_cut_at_step)
 
 
-def _cut_at_step(*_) -> None:
+def _cut_at_step(optimizer, *_) -> None:
     # Inside torch.compile the step is part of a compiled graph: no cut (and
     # Dynamo folds this branch away instead of breaking the graph at _C).
     if not torch.compiler.is_compiling():
-        _C._mark_step()
+        _C._mark_step(_step_devices(optimizer))
+
+
+_DEVICES_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _step_devices(optimizer) -> list[int]:
+    """The tpu devices of the optimizer's parameters: a step cuts their graphs only (the
+    ranks of a process, threads each on its own device, step on their own)."""
+    groups = optimizer.param_groups
+    known = _DEVICES_OF.get(optimizer)
+    if known is None or known[0] != len(groups):
+        devices = {p.device.index for g in groups for p in g["params"] if p.device.type == "tpu"}
+        known = (len(groups), sorted(devices))
+        _DEVICES_OF[optimizer] = known
+    return known[1]

@@ -126,7 +126,7 @@ class InProcessGroup : public DeviceGroup {
   }
 
   static bool same_program(const Program& a, const Program& b) {
-    return a.executable == b.executable || (a.key_hash == b.key_hash && a.name == b.name);
+    return a.executable == b.executable || a.text_hash == b.text_hash;
   }
 
   void timed_out(Round& round, const Program& program) {

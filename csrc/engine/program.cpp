@@ -479,8 +479,9 @@ Program ProgramBuilder::finish(const std::string* name, const std::vector<bool>&
   program.random_consumed = std::max<int64_t>(st.first_random, 0);
   program.replica_devices = st.replica_devices;
   program.collectives = st.collectives;
-  program.executable = Backend::get().compile(st.b.module_text(outputs), compiles_fast(st.b), *name,
-                                              st.replica_devices);
+  const std::string text = st.b.module_text(outputs);
+  program.text_hash = std::hash<std::string>()(text);
+  program.executable = Backend::get().compile(text, compiles_fast(st.b), *name, st.replica_devices);
   return program;
 }
 
@@ -509,7 +510,6 @@ class ProgramCache {
     }
     metrics().cache_misses++;
     Program program = build();
-    program.key_hash = std::hash<std::string>()(key);
     order_.push_front(key);
     it = programs_.emplace(key, std::make_pair(std::move(program), order_.begin())).first;
     if (programs_.size() > capacity_) {

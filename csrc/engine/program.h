@@ -73,8 +73,10 @@ struct Program {
   // and how many collective ops it runs.
   std::vector<int64_t> replica_devices;
   int collectives = 0;
-  // Of the program cache's key: ranks launching the same program agree on it.
-  uint64_t key_hash = 0;
+  // Of the program's text: ranks launch the same program when they agree on it
+  // (their keys may differ where the text does not: a view at offset 0 on one
+  // rank, at another offset on the next).
+  uint64_t text_hash = 0;
 };
 
 // One op of a program and the runtime values it contributes.

@@ -179,10 +179,13 @@ PYBIND11_MODULE(_C, m) {
       [](int mode) { engine::set_eager_mode(static_cast<engine::EagerMode>(mode)); },
       py::call_guard<py::gil_scoped_release>());
   m.def("_get_eager_mode", [] { return static_cast<int>(engine::eager_mode()); });
-  // The end of a training step (optimizer.step): the natural cut of a graph,
-  // so every step yields the same graphs.
+  // The end of a training step (optimizer.step): the natural cut of the graphs
+  // of the devices it updates, so every step yields the same graphs.
   m.def(
-      "_mark_step", [] { engine::flush(-1, engine::FlushReason::Step); },
+      "_mark_step",
+      [](const std::vector<int>& devices) {
+        for (int device : devices) engine::flush(device, engine::FlushReason::Step);
+      },
       py::call_guard<py::gil_scoped_release>());
   m.def("_metrics", &metrics);
   m.def("_reset_metrics", [] { engine::metrics().reset(); });
