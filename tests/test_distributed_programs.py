@@ -26,7 +26,17 @@ def test_ddp_and_fsdp2_over_four_ranks_equal_one_device():
     check_world(run_world("training", 4, timeout=600))
 
 
+def test_a_compiled_sharded_training_step_is_one_program_per_rank():
+    result = check_world(run_world("compiled_fsdp", 4, timeout=600))
+    assert set(result["programs_per_rank"].values()) == {1}, result["programs_per_rank"]
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_groups_of_other_sizes(world):
     args = {"world": world, "modes": ["strict"]}
     check_world(run_world("collectives", world, timeout=600, args=args))
+
+
+def test_a_different_or_missing_collective_fails_every_rank_within_the_timeout():
+    result = check_world(run_world("faults", 4, timeout=300))
+    assert all(t < 1 for k, t in result["seconds"].items() if k.startswith("different")), result

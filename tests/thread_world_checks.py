@@ -8,6 +8,7 @@ import contextlib
 import functools
 import threading
 import traceback
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -560,3 +561,186 @@ def training(world: int = 4, modes=("strict", "defer_and_fuse")) -> dict:
         c.true(f"{mode}:training.nothing staged", staged == 0, f"{staged} staged")
         results[mode] = after["program_collectives"] - before["program_collectives"]
     return c.result(reference_losses=reference_losses, program_collectives=results)
+
+
+# ---------------------------------------------------------------- faults
+
+
+def faults(world: int = 4, seconds: float = 2.0) -> dict:
+    """Ranks that issue different collectives, or a rank that does not come, end in an
+    error naming the collective and the group in every rank, within the group's timeout."""
+    import time
+
+    c = Checks()
+    timeout = timedelta(seconds=seconds)
+    elapsed: dict = {}
+
+    def raises(name: str, fn, *needles: str) -> float:
+        start = time.monotonic()
+        try:
+            fn()
+        except dist.DistBackendError as e:
+            text = str(e)
+            missing = [n for n in needles if n not in text]
+            c.true(name, not missing, f"{missing} not in: {text}")
+        except Exception as e:
+            c.fail(name, f"raised {type(e).__name__} instead of DistBackendError: {e}")
+        else:
+            c.fail(name, "did not raise")
+        return time.monotonic() - start
+
+    def rank_checks(rank: int) -> None:
+        group = dist.new_group(timeout=timeout)
+        x = torch.ones(4, device="tpu")
+        dist.all_reduce(x, group=group)  # the group's path: in programs
+        c.close(f"faults.warmup[rank {rank}]", x, torch.full((4,), float(world)))
+
+        # Rank 0 gathers where the others reduce: every rank learns it at once.
+        def different():
+            if rank == 0:
+                out = torch.empty(4 * world, device="tpu")
+                dist.all_gather_into_tensor(out, torch.ones(4, device="tpu"), group=group)
+            else:
+                dist.all_reduce(torch.ones(4, device="tpu"), group=group)
+
+        elapsed[("different", rank)] = raises(
+            f"faults.different[rank {rank}]", different, "ranks launched different programs",
+            "tpu_dist all_gather_into_tensor", "tpu_dist all_reduce", f"group '{group.group_name}'",
+        )  # fmt: skip
+
+        # The last rank comes late: the others give up after the group's timeout, and
+        # it finds their error when it comes.
+        def late():
+            if rank == world - 1:
+                time.sleep(seconds * 1.5)
+            dist.all_reduce(torch.ones(4, device="tpu"), group=group)
+
+        elapsed[("late", rank)] = raises(
+            f"faults.late[rank {rank}]", late, "tpu_dist all_reduce", "timed out after",
+            f"rank(s) {world - 1} did not launch it", f"group '{group.group_name}'",
+        )  # fmt: skip
+
+        # The group goes on after both.
+        y = torch.full((3,), float(rank), device="tpu")
+        dist.all_reduce(y, group=group)
+        c.close(f"faults.recovered[rank {rank}]", y, torch.full((3,), float(sum(range(world)))))
+
+        # A rank that never reaches a new group's first collective.
+        fresh = dist.new_group(timeout=timeout)
+        if rank != world - 1:
+            elapsed[("join", rank)] = raises(
+                f"faults.join[rank {rank}]",
+                lambda: dist.all_reduce(torch.ones(2, device="tpu"), group=fresh),
+                "tpu_dist all_reduce failed", "reached its first collective",
+            )  # fmt: skip
+        dist.barrier()
+
+    ranks(world, rank_checks)
+    for (what, rank), seconds_taken in sorted(elapsed.items()):
+        bound = 1.0 if what == "different" else seconds * 3
+        c.true(f"faults.{what}.bounded[rank {rank}]", seconds_taken < bound,
+               f"{seconds_taken:.2f} s")  # fmt: skip
+    return c.result(seconds={f"{w}[{r}]": round(t, 2) for (w, r), t in elapsed.items()})
+
+
+# ---------------------------------------------------------------- compiled FSDP
+
+
+class _ReplicateForCompute(torch.nn.Module):
+    """A parametrization: the parameter is stored as its shard (a DTensor), and each use
+    all-gathers it; its gradient is reduce-scattered (averaged) back onto the shard."""
+
+    def forward(self, sharded):
+        from torch.distributed.tensor import Partial, Replicate
+
+        full = sharded.redistribute(placements=[Replicate()])
+        return full.to_local(grad_placements=[Partial("avg")])
+
+
+def simple_fsdp(model: torch.nn.Module, mesh) -> torch.nn.Module:
+    """Fully sharded data parallelism written with DTensor (as TorchTitan's SimpleFSDP,
+    the form of FSDP that torch.compile traces whole): every parameter sharded along
+    dim 0 over ``mesh``, all-gathered where it is used."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.nn.utils import parametrize
+
+    for module in list(model.modules()):
+        for name, p in list(module.named_parameters(recurse=False)):
+            sharded = torch.nn.Parameter(distribute_tensor(p.data, mesh, [Shard(0)]))
+            module.register_parameter(name, sharded)
+            parametrize.register_parametrization(module, name, _ReplicateForCompute(), unsafe=True)
+    return model
+
+
+def compiled_fsdp(world: int = 4) -> dict:
+    """A compiled training step of a sharded small transformer: forward (all-gathers),
+    backward (reduce-scatters) and optimizer are one program per rank per step, and train
+    as one device does."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+
+    c = Checks()
+    inputs, targets = batches()
+    per_rank = BATCH // world
+    one = new_model("tpu:0")
+    reference_losses = train(one, inputs, targets, "tpu:0")
+    expected = {n: p.detach().cpu() for n, p in one.named_parameters()}
+    programs: dict = {}
+
+    def rank_checks(rank: int) -> None:
+        device = f"tpu:{rank}"
+        mesh = init_device_mesh("tpu", (world,))
+        model = simple_fsdp(new_model(device), mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+        def step(x, y):
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+
+        run = compiled_in_turn(step)
+        xs = inputs[:, rank * per_rank : (rank + 1) * per_rank]
+        ys = targets[:, rank * per_rank : (rank + 1) * per_rank]
+        for i in range(STEPS):
+            x, y = xs[i].to(device), ys[i].to(device)
+            dist.barrier()
+            if rank == 0:
+                programs[i] = torch_tpu.metrics()["executions"]
+            dist.barrier()
+            loss_value = float(run(x, y).detach())
+            dist.barrier()
+            if rank == 0:  # the ranks' steps, and the barriers before and after them
+                programs[i] = (torch_tpu.metrics()["executions"] - programs[i] - 2 * world) / world
+            dist.barrier()
+            mean = torch.tensor([loss_value], device=device)
+            dist.all_reduce(mean, op=dist.ReduceOp.AVG)
+            c.close(f"compiled_fsdp.loss{i}[rank {rank}]", mean.cpu()[0],
+                    torch.tensor(reference_losses[i]), rtol=1e-4)  # fmt: skip
+        sharded = {n.replace("parametrizations.", "").replace(".original", ""): p
+                   for n, p in model.named_parameters()}  # fmt: skip
+        for name, e in expected.items():
+            p = sharded[name]
+            p = p.full_tensor() if isinstance(p, DTensor) else p
+            c.close(f"compiled_fsdp.{name}[rank {rank}]", p.detach().cpu(), e, rtol=1e-4)
+
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    ranks(world, rank_checks)
+    breaks = dict(counters["graph_break"])
+    # After the first step (which captures the graphs): one program per rank and step.
+    for i in range(1, STEPS):
+        c.true(f"compiled_fsdp.one_program[step {i}]", programs[i] == 1, f"{programs[i]}")
+    # Dynamo breaks a training step at backward() and around the optimizer's step (its
+    # own graph_break() calls, zero_grad): never at a collective.
+    structural = ("Tensor.backward()", "torch._dynamo.graph_break()", "Optimizer.zero_grad")
+    others = [r.splitlines()[0] for r in breaks if not any(s in r for s in structural)]
+    c.true("compiled_fsdp.no_break_at_collectives", not others, "; ".join(others))
+    return c.result(
+        reference_losses=reference_losses,
+        programs_per_rank=programs,
+        graph_breaks={r.splitlines()[0]: n for r, n in breaks.items()},
+    )
