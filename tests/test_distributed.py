@@ -44,6 +44,42 @@ def test_ddp_at_4_ranks_and_a_checkpoint_saved_at_4_loads_at_2(tmp_path):
     check_group(run_group("dcp_load", 2, timeout=120, args={"dir": ckpt}))
 
 
+# ---------------------------------------------------------------- multi-process clients
+
+NOT_FOUND = 5  # PJRT_Error_Code
+
+
+def test_pjrt_key_value_callbacks_over_a_tcp_store():
+    """The callbacks a multi-process PJRT client (GPU, TPU) exchanges its topology through,
+    over the c10d store: a get waits for a peer's put (another process), a missing key is
+    NOT_FOUND after the timeout, a try_get of a missing key is NOT_FOUND at once."""
+    import time
+    from datetime import timedelta
+
+    from torch_tpu import _C
+
+    server = dist.TCPStore("127.0.0.1", 0, 3, True, timedelta(seconds=30), wait_for_workers=False)
+    worker = str(Path(__file__).with_name("kv_store_worker.py"))
+    procs = [
+        subprocess.Popen([sys.executable, worker, str(r), str(server.port)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in range(2)
+    ]  # fmt: skip
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert outs[0][0].split() == ["(0,", "'')"], outs[0]
+    assert outs[1][0].strip() == "0 'bytes\\x00\\x01' True", outs[1]
+    assert server.get("pjrt/local_topology/0") == b"bytes\x00\x01"
+    start = time.monotonic()
+    assert _C._key_value_callbacks(server, "pjrt/", "get", "missing", "", 300) == (NOT_FOUND, "")
+    assert time.monotonic() - start < 5
+    assert _C._key_value_callbacks(server, "pjrt/", "try_get", "missing", "", 0) == (NOT_FOUND, "")
+    assert _C._key_value_callbacks(server, "pjrt/", "try_get", "local_topology/0", "", 0) == (
+        0,
+        "bytes\x00\x01",
+    )
+
+
 # ---------------------------------------------------------------- launchers
 
 

@@ -13,6 +13,9 @@ a log per stage:
           creating a client with no torch in the process; the full start under Python; on
           the cuda platform, JAX's own client beside PyTorch's CUDA (does the plugin start
           at all in a torch process?), and a native backtrace under cuda-gdb if a step crashed
+  collectives  a one-node job's client made through the c10d store and a tpu_dist
+          all-reduce inside a program; on the cuda platform, a program of two replicas on
+          one GPU with NCCL mocked (the client of node 0 of a two-node job)
   cpp     the C++ tests against the selected plugin
   pytest  a subset of the suite on the platform (pytest-xdist; each worker takes its own
           lock directory, see tests/conftest.py)
@@ -62,6 +65,24 @@ print("platform", torch_tpu.platform(), "|", torch.tpu.get_device_name(), "|",
       torch.tpu.device_count(), "device(s) |", torch.tpu.get_device_properties(0))
 x = torch.arange(6.0, device="tpu").reshape(2, 3)
 print("result", (x @ x.T).cpu().tolist())
+"""
+
+# The client of a one-node job made through the c10d store (as each process of a
+# multi-process job makes it), and a tpu_dist all-reduce inside a program.
+JOB_PYTHON = """
+from datetime import timedelta
+import torch, torch_tpu, torch.distributed as dist
+from torch_tpu import _C
+store = dist.TCPStore("127.0.0.1", 0, 1, True, timedelta(seconds=60))
+assert _C._join_job(store, 0, 1, 0), "the backend started before the job was joined"
+dist.init_process_group("tpu_dist", rank=0, world_size=1, store=store)
+x = torch.arange(4.0, device="tpu")
+before = torch_tpu.metrics()["program_collectives"]
+dist.all_reduce(x)
+in_programs = torch_tpu.metrics()["program_collectives"] - before
+print("result", x.cpu().tolist(), "collectives in programs:", in_programs)
+assert in_programs == 1 and x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+dist.destroy_process_group()
 """
 
 JAX_BESIDE_TORCH = """
@@ -290,6 +311,23 @@ def main() -> int:
             tail=45,
         )
 
+    check.run(
+        "collectives: a job's client through the c10d store, an all-reduce in a program",
+        [py, "-X", "faulthandler", "-c", JOB_PYTHON],
+        "collectives.log",
+        limit=180,
+        env=runtime_env,
+        tail=25,
+    )
+    if platform == "cuda":
+        check.run(
+            "collectives: two replicas on one GPU, NCCL mocked",
+            [core_tests, "runtime_mock_nccl"],
+            "collectives.log",
+            limit=120,
+            env=dict(runtime_env, TORCH_TPU_MOCK_NCCL="1"),
+            tail=25,
+        )
     check.run("cpp tests", [core_tests], "cpp.log", limit=120, env=runtime_env, tail=20)
     check.run(
         "pytest subset",

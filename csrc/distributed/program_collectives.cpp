@@ -8,6 +8,7 @@
 #include <random>
 
 #include "aten/tensor_bridge.h"
+#include "distributed/job.h"
 #include "engine/backend.h"
 #include "engine/deferred.h"
 #include "engine/executor.h"
@@ -230,10 +231,8 @@ void ProgramCollectives::barrier(const std::string& op) {
 
 namespace {
 
-// Who runs a device: one client per process, so a process of its own, told
-// apart across hosts and pid reuse. (A client made for several processes
-// shares its devices' ids across them: its job is one domain.)
-const std::string& client_domain() {
+// This process, told apart from others across hosts and pid reuse.
+const std::string& process_domain() {
   static const std::string domain = [] {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -243,29 +242,39 @@ const std::string& client_domain() {
   return domain;
 }
 
+// The processes whose devices one client spans: a multi-process job's (the
+// same in all its processes), or this process alone.
+std::string client_domain() {
+  const auto& job = engine::Backend::config().job;
+  return job ? "job/" + job->id : process_domain();
+}
+
 std::string group_nonce() {
   static std::atomic<uint64_t> next{0};
-  return client_domain() + "/" + std::to_string(next++);
+  return process_domain() + "/" + std::to_string(next++);
 }
 
 struct Member {
-  std::string domain;
+  std::string client;
+  std::string process;
   int64_t device_id = -1;
   std::string nonce;
 };
 
 std::string to_text(const Member& m) {
-  return m.domain + "\n" + std::to_string(m.device_id) + "\n" + m.nonce;
+  return m.client + "\n" + m.process + "\n" + std::to_string(m.device_id) + "\n" + m.nonce;
 }
 
 Member from_text(const std::vector<uint8_t>& bytes) {
   std::string text(bytes.begin(), bytes.end());
-  Member m;
-  size_t a = text.find('\n'), b = text.find('\n', a + 1);
-  m.domain = text.substr(0, a);
-  m.device_id = std::stoll(text.substr(a + 1, b - a - 1));
-  m.nonce = text.substr(b + 1);
-  return m;
+  std::vector<std::string> parts;
+  size_t at = 0;
+  for (size_t next; (next = text.find('\n', at)) != std::string::npos; at = next + 1) {
+    parts.push_back(text.substr(at, next - at));
+  }
+  parts.push_back(text.substr(at));
+  TORCH_CHECK(parts.size() == 4, "tpu_dist: a malformed group member record");
+  return {parts[0], parts[1], std::stoll(parts[2]), parts[3]};
 }
 
 }  // namespace
@@ -274,8 +283,8 @@ std::unique_ptr<ProgramCollectives> join_device_group(const c10::intrusive_ptr<c
                                                       const std::string& op, int rank, int size,
                                                       int device,
                                                       std::chrono::milliseconds timeout) {
-  const Member mine{client_domain(), engine::Backend::get().client().global_id(device),
-                    group_nonce()};
+  const Member mine{client_domain(), process_domain(),
+                    engine::Backend::get().client().global_id(device), group_nonce()};
   const std::string text = to_text(mine);
   auto key = [](int r) { return "tpu_dist/member/" + std::to_string(r); };
   store->set(key(rank), std::vector<uint8_t>(text.begin(), text.end()));
@@ -294,13 +303,16 @@ std::unique_ptr<ProgramCollectives> join_device_group(const c10::intrusive_ptr<c
   // Programs span the group when one client runs every rank's device, each
   // rank on a device of its own; the others stage through the host.
   std::vector<int64_t> ids;
+  bool one_process = true;
   for (const Member& m : members) {
-    if (m.domain != mine.domain) return nullptr;
+    if (m.client != mine.client) return nullptr;
     if (std::find(ids.begin(), ids.end(), m.device_id) != ids.end()) return nullptr;
     ids.push_back(m.device_id);
+    one_process = one_process && m.process == mine.process;
   }
-  auto group = engine::in_process_group(
-      members[0].nonce, ids, "tpu_dist group of " + std::to_string(size) + " ranks", timeout);
+  const std::string name = "tpu_dist group of " + std::to_string(size) + " ranks";
+  auto group = one_process ? engine::in_process_group(members[0].nonce, ids, name, timeout)
+                           : store_agreed_group(store, members[0].nonce, ids, name, timeout);
   return std::make_unique<ProgramCollectives>(engine::GroupRank{group, rank}, device);
 }
 

@@ -63,10 +63,18 @@ void Backend::configure(BackendConfig config) {
     }
     return;
   }
+  config.job = std::move(mutable_config().job);  // set by join_job, maybe before
   mutable_config() = std::move(config);
 }
 
 const BackendConfig& Backend::config() { return mutable_config(); }
+
+bool Backend::join_job(BackendConfig::Job job) {
+  std::lock_guard<std::mutex> lock(start_mutex());
+  if (instance()) return false;
+  mutable_config().job = std::move(job);
+  return true;
+}
 
 bool Backend::started() {
   std::lock_guard<std::mutex> lock(start_mutex());
@@ -114,6 +122,13 @@ std::unique_ptr<runtime::Client> start_client(const BackendConfig& c) {
   const runtime::Plugin& plugin = runtime::Plugin::load(c.plugin_path);
   runtime::ClientOptions options;
   options.cpu_device_count = std::max(1, c.cpu_devices);
+
+  if (c.job) {
+    options.node_id = c.job->node_id;
+    options.num_nodes = c.job->num_nodes;
+    options.key_value_store = c.job->key_value_store;
+    if (c.job->local_device >= 0) options.visible_devices = {c.job->local_device};
+  }
   return std::make_unique<runtime::Client>(plugin, c.platform, options);
 }
 
@@ -250,8 +265,8 @@ void Backend::drain(int device, size_t keep) {
 
 runtime::Launch Backend::launch(const runtime::Executable& executable, int device,
                                 const std::vector<runtime::Buffer*>& inputs,
-                                const std::vector<int64_t>& non_donatable) {
-  runtime::Launch launch = executable.execute(device, inputs, non_donatable);
+                                const std::vector<int64_t>& non_donatable, int launch_id) {
+  runtime::Launch launch = executable.execute(device, inputs, non_donatable, launch_id);
   metrics().executions++;
   return launch;
 }

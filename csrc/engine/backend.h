@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,16 @@ struct BackendConfig {
   // Shared libraries the plugin finds only once they are loaded (the CUDA
   // libraries of the nvidia-* wheels), loaded just before it.
   std::vector<std::string> libraries;
+  // A process of a multi-process job (GPU, TPU): its client spans the job's
+  // devices, the peers meeting in `key_value_store` (see Backend::join_job).
+  struct Job {
+    int64_t node_id = 0;
+    int64_t num_nodes = 1;
+    int64_t local_device = -1;  // the one local device the process uses (-1: all)
+    std::string id;             // the same in every process of the job
+    std::shared_ptr<runtime::KeyValueStore> key_value_store;
+  };
+  std::optional<Job> job;
 };
 
 class Backend {
@@ -36,6 +47,10 @@ class Backend {
   // $TORCH_TPU_PLUGIN are used.
   static void configure(BackendConfig config);
   static const BackendConfig& config();
+  // Makes the client, when it starts, one process's part of a multi-process
+  // job: false when the backend has started already (its client is this
+  // process's alone).
+  static bool join_job(BackendConfig::Job job);
   // Starts the backend on first use (loads the plugin, locks the devices). A
   // backend that failed to start raises the same error on every later use.
   static Backend& get();
@@ -61,9 +76,11 @@ class Backend {
                                                const std::vector<int64_t>& replica_devices = {});
   // Launches asynchronously; the caller adopts the outputs, then passes the
   // completion event to track().
+  // `launch_id`: the launch's part in one execution of a program of several
+  // replicas launched device by device (runtime::Executable::execute).
   runtime::Launch launch(const runtime::Executable& executable, int device,
                          const std::vector<runtime::Buffer*>& inputs,
-                         const std::vector<int64_t>& non_donatable);
+                         const std::vector<int64_t>& non_donatable, int launch_id = 0);
   // Launches a program of several replicas on all their devices at once
   // (inputs[i]: replica i's); one launch per replica, in replica order.
   std::vector<runtime::Launch> launch_replicas(

@@ -13,6 +13,7 @@
 #include "aten/lowered_ops.h"
 #include "aten/memory_history.h"
 #include "aten/tensor_bridge.h"
+#include "distributed/job.h"
 #include "distributed/process_group_tpu.h"
 #include "engine/backend.h"
 #include "engine/deferred.h"
@@ -251,6 +252,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("_tpu_dist_backend", &distributed::create_backend, py::arg("host"), py::arg("store"),
         py::arg("rank"), py::arg("size"), py::arg("timeout"),
         py::call_guard<py::gil_scoped_release>());
+  m.def("_join_job", &distributed::join_job, py::arg("store"), py::arg("rank"),
+        py::arg("world_size"), py::arg("local_rank"), py::call_guard<py::gil_scoped_release>());
+  // The key-value callbacks a multi-process client calls, over a c10d store, as
+  // the plugin calls them (tests): (code, value), code 0 or PJRT's error code.
+  m.def(
+      "_key_value_callbacks",
+      [](const c10::intrusive_ptr<c10d::Store>& store, const std::string& prefix,
+         const std::string& call, const std::string& key, const std::string& value,
+         int timeout_ms) {
+        return distributed::call_key_value_callback(store, prefix, call, key, value, timeout_ms);
+      },
+      py::call_guard<py::gil_scoped_release>());
   // A rank waiting for ranks that are threads of this process lets them run Python.
   engine::set_blocking_wait([](const std::function<void()>& wait) {
     if (Py_IsInitialized() && PyGILState_Check()) {

@@ -304,6 +304,13 @@ PJRT_NamedValue float_option(const char* name, float value) {
   return v;
 }
 
+PJRT_NamedValue int_list_option(const char* name, const std::vector<int64_t>& values) {
+  auto v = scalar_option(name, PJRT_NamedValue_kInt64List);
+  v.int64_array_value = values.data();
+  v.value_size = values.size();
+  return v;
+}
+
 PJRT_NamedValue string_option(const char* name, const char* value) {
   auto v = scalar_option(name, PJRT_NamedValue_kString);
   v.string_value = value;
@@ -320,9 +327,22 @@ std::vector<PJRT_NamedValue> create_options(const std::string& platform,
     return {int_option("cpu_device_count", options.cpu_device_count)};
   }
   if (platform == "cuda") {
-    return {string_option("platform_name", "cuda"), string_option("allocator", "bfc"),
-            bool_option("preallocate", false),
-            float_option("memory_fraction", options.gpu_memory_fraction)};
+    std::vector<PJRT_NamedValue> named = {
+        string_option("platform_name", "cuda"), string_option("allocator", "bfc"),
+        bool_option("preallocate", false),
+        float_option("memory_fraction", options.gpu_memory_fraction)};
+    if (options.key_value_store) {
+      named.push_back(int_option("node_id", options.node_id));
+      named.push_back(int_option("num_nodes", options.num_nodes));
+    }
+    if (!options.visible_devices.empty()) {
+      named.push_back(int_list_option("visible_devices", options.visible_devices));
+    }
+    if (options.mock_nccl) {
+      named.push_back(bool_option("enable_mock_nccl", true));
+      named.push_back(string_option("mock_gpu_topology", options.mock_topology.c_str()));
+    }
+    return named;
   }
   return {};
 }
@@ -342,6 +362,15 @@ Client::Client(const Plugin& plugin, const std::string& platform, const ClientOp
   auto args = TPU_ARGS(PJRT_Client_Create_Args, kv_try_get_user_arg);
   args.create_options = named.data();
   args.num_options = named.size();
+  key_value_store_ = options.key_value_store;
+  if (KeyValueStore* store = key_value_store_.get()) {
+    args.kv_get_callback = &key_value_get;
+    args.kv_get_user_arg = store;
+    args.kv_put_callback = &key_value_put;
+    args.kv_put_user_arg = store;
+    args.kv_try_get_callback = &key_value_try_get;
+    args.kv_try_get_user_arg = store;
+  }
   plugin.call(Fn::ClientCreate, &args, "PJRT_Client_Create");
   client_ = args.client;
 

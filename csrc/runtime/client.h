@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/element_type.h"
+#include "runtime/key_value_store.h"
 #include "runtime/plugin.h"
 
 namespace torch_tpu::runtime {
@@ -145,6 +146,18 @@ struct MemoryStats {
 struct ClientOptions {
   // Number of devices of the CPU plugin ("cpu_device_count"); 0: default.
   int64_t cpu_device_count = 0;
+  // A client of a multi-process job (num_nodes > 1: one node a process):
+  // the peers find each other through `key_value_store`.
+  int64_t node_id = 0;
+  int64_t num_nodes = 1;
+  std::shared_ptr<KeyValueStore> key_value_store;
+  // CUDA plugin: the local devices this process uses (empty: all).
+  std::vector<int64_t> visible_devices;
+  // CUDA plugin: NCCL mocked and the job's other nodes' devices mocked after
+  // this one's ("<slices>x<hosts>x<devices per host>", hosts = num_nodes), so
+  // a program of several replicas runs on one GPU (for checks).
+  bool mock_nccl = false;
+  std::string mock_topology;
   // CUDA plugin: the share of each GPU's memory its allocator may grow to. It
   // takes memory as needed, not up front (PyTorch's CUDA allocator does too),
   // and leaves some for other users of the GPU in the process (PyTorch's CUDA
@@ -210,6 +223,9 @@ class Client {
   std::vector<PJRT_Device*> devices_;
   std::vector<int64_t> global_ids_;
   int process_index_ = 0;
+  // Kept for the client's life: the plugin may call it after creation (the
+  // CUDA plugin exchanges NCCL ids through it at a group's first collective).
+  std::shared_ptr<KeyValueStore> key_value_store_;
 };
 
 }  // namespace torch_tpu::runtime

@@ -45,9 +45,12 @@ struct PJRT_Api {
 enum PJRT_Error_Code {
   PJRT_Error_Code_OK = 0,
   PJRT_Error_Code_INVALID_ARGUMENT = 3,
+  PJRT_Error_Code_DEADLINE_EXCEEDED = 4,
   PJRT_Error_Code_NOT_FOUND = 5,
   PJRT_Error_Code_RESOURCE_EXHAUSTED = 8,
   PJRT_Error_Code_UNIMPLEMENTED = 12,
+  PJRT_Error_Code_INTERNAL = 13,
+  PJRT_Error_Code_UNAVAILABLE = 14,
 };
 
 enum PJRT_NamedValue_Type {
@@ -157,17 +160,62 @@ struct PJRT_Event_IsReady_Args {
   bool is_ready;
 };
 
+// The key-value store a multi-process client shares with its peers: the
+// caller's callbacks; errors are made with the plugin's `callback_error`.
+typedef PJRT_Error* (*PJRT_CallbackError)(PJRT_Error_Code code, const char* message,
+                                          size_t message_size);
+
+struct PJRT_KeyValueGetCallback_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const char* key;
+  size_t key_size;
+  int timeout_in_ms;
+  PJRT_CallbackError* callback_error;
+  void* user_arg;
+  char* value;
+  size_t value_size;
+  void (*value_deleter_callback)(char* value);
+};
+
+struct PJRT_KeyValueTryGetCallback_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const char* key;
+  size_t key_size;
+  PJRT_CallbackError* callback_error;
+  void* user_arg;
+  char* value;
+  size_t value_size;
+  void (*value_deleter_callback)(char* value);
+};
+
+struct PJRT_KeyValuePutCallback_Args {
+  size_t struct_size;
+  PJRT_Extension_Base* extension_start;
+  const char* key;
+  size_t key_size;
+  const char* value;
+  size_t value_size;
+  PJRT_CallbackError* callback_error;
+  void* user_arg;
+};
+
+typedef PJRT_Error* (*PJRT_KeyValueGetCallback)(PJRT_KeyValueGetCallback_Args* args);
+typedef PJRT_Error* (*PJRT_KeyValueTryGetCallback)(PJRT_KeyValueTryGetCallback_Args* args);
+typedef PJRT_Error* (*PJRT_KeyValuePutCallback)(PJRT_KeyValuePutCallback_Args* args);
+
 struct PJRT_Client_Create_Args {
   size_t struct_size;
   PJRT_Extension_Base* extension_start;
   const PJRT_NamedValue* create_options;
   size_t num_options;
-  void* kv_get_callback;
+  PJRT_KeyValueGetCallback kv_get_callback;
   void* kv_get_user_arg;
-  void* kv_put_callback;
+  PJRT_KeyValuePutCallback kv_put_callback;
   void* kv_put_user_arg;
   PJRT_Client* client;
-  void* kv_try_get_callback;
+  PJRT_KeyValueTryGetCallback kv_try_get_callback;
   void* kv_try_get_user_arg;
 };
 

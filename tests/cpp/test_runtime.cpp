@@ -7,6 +7,8 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -308,4 +310,60 @@ TEST(runtime_collectives_run_across_replicas) {
   std::vector<float> p0 = read_f32(*launches[0].outputs[3]), p1 = read_f32(*launches[1].outputs[3]);
   CHECK(p0 == std::vector<float>({0, 0, 0, 0}));
   CHECK(p1 == std::vector<float>({0, 1, 2, 3}));
+}
+
+namespace {
+
+class MemoryKeyValues : public runtime::KeyValueStore {
+ public:
+  std::optional<std::string> get(const std::string& key, std::chrono::milliseconds) override {
+    return try_get(key);
+  }
+  std::optional<std::string> try_get(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = values_.find(key);
+    if (it == values_.end()) return std::nullopt;
+    return it->second;
+  }
+  void put(const std::string& key, const std::string& value) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    values_[key] = value;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::string> values_;
+};
+
+}  // namespace
+
+// On one GPU with TORCH_TPU_MOCK_NCCL=1 (tools/device_check.py): the client of
+// node 0 of a mocked two-node job compiles a program of two replicas and runs
+// this node's on its GPU (NCCL mocked: the other replica is not there).
+TEST(runtime_mock_nccl_runs_a_two_replica_all_reduce_on_one_gpu) {
+  const char* mock = std::getenv("TORCH_TPU_MOCK_NCCL");
+  SKIP_UNLESS(testing::test_platform() == "cuda" && mock && std::string(mock) == "1",
+              "TORCH_TPU_MOCK_NCCL=1 on the cuda platform");
+  runtime::ClientOptions options;
+  options.node_id = 0;
+  options.num_nodes = 2;
+  options.key_value_store = std::make_shared<MemoryKeyValues>();
+  options.visible_devices = {0};
+  options.mock_nccl = true;
+  options.mock_topology = "1x2x1";
+  runtime::Client client(test_client().plugin(), "cuda", options);
+  CHECK_EQ(client.device_count(), 1);
+  hlo::Builder b;
+  auto x = b.parameter({ElementType::F32, {4}});
+  auto sum = b.all_reduce(x, {{0, 1}}, [](hlo::Builder& r, const std::vector<hlo::Value>& v) {
+    return std::vector<hlo::Value>{r.add(v[0], v[1])};
+  });
+  runtime::CompileOptions compile;
+  compile.replica_devices = {0, 1};
+  auto exe = client.compile(b.module_text({sum}), compile.serialize());
+  std::vector<float> data{1, 2, 3, 4};
+  auto in = client.buffer_from_host(data.data(), ElementType::F32, {4}, 0);
+  auto launch = exe->execute(0, {in.get()}, {}, /*launch_id=*/1);
+  launch.done.await("mocked two-replica all-reduce");
+  CHECK_EQ(launch.outputs[0]->element_count(), 4);
 }

@@ -11,6 +11,8 @@ torch`` does that).
 from __future__ import annotations
 
 import functools
+import os
+import warnings
 from datetime import timedelta
 
 import torch
@@ -37,8 +39,35 @@ def create_process_group(
     """
     if not dist.is_initialized():  # the default group: check the launch variables
         launch_env(rank=rank, world_size=world_size)
+        _join_job(store, rank, world_size)
     host = dist.ProcessGroupGloo(store, rank, world_size, timeout)
     return _C._tpu_dist_backend(host, store, rank, world_size, timeout)
+
+
+def _join_job(store: dist.Store, rank: int, world_size: int) -> None:
+    """On a GPU or TPU, one process per device: each process's PJRT client becomes one
+    node of the job (node id ``rank`` of ``world_size``, the peers meeting in the default
+    group's store), so that XLA's collectives (NCCL, ICI) run tpu_dist's programs across
+    the processes. The CPU platform's client serves one process only (its collectives
+    between processes are staged through Gloo)."""
+    if world_size <= 1 or _C._platform() == "cpu" or _C._is_started():
+        if world_size > 1 and _C._platform() != "cpu" and _C._is_started():
+            _warn_started_before_init()
+        return
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    if not _C._join_job(store, rank, world_size, local_rank):
+        _warn_started_before_init()
+
+
+@functools.cache
+def _warn_started_before_init() -> None:
+    warnings.warn(
+        "tpu_dist: the tpu device started before init_process_group, so its PJRT client "
+        "serves this process alone and collectives between the processes are staged "
+        "through the host (Gloo); call init_process_group before the first tpu tensor to "
+        "run them inside device programs",
+        stacklevel=4,
+    )
 
 
 def _with_tpu_dist_timeouts(set_pg_timeout):
