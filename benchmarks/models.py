@@ -82,3 +82,30 @@ def workloads(batch: int):
             ),
         ),
     }
+
+
+class _Gathered(nn.Module):
+    """A parametrization: the parameter is stored as its shard (a DTensor) and
+    all-gathered where it is used; its gradient is reduce-scattered (averaged) back."""
+
+    def forward(self, sharded):
+        from torch.distributed.tensor import Partial, Replicate
+
+        full = sharded.redistribute(placements=[Replicate()])
+        return full.to_local(grad_placements=[Partial("avg")])
+
+
+def shard_parameters(model: nn.Module, mesh) -> nn.Module:
+    """Fully sharded data parallelism written with DTensor, as TorchTitan's SimpleFSDP:
+    the form of FSDP that torch.compile traces whole (forward with its all-gathers,
+    backward with its reduce-scatters). Every parameter is sharded along dim 0 over
+    ``mesh`` (its size must divide by the mesh's)."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torch.nn.utils import parametrize
+
+    for module in list(model.modules()):
+        for name, p in list(module.named_parameters(recurse=False)):
+            sharded = nn.Parameter(distribute_tensor(p.data, mesh, [Shard(0)]))
+            module.register_parameter(name, sharded)
+            parametrize.register_parametrization(module, name, _Gathered(), unsafe=True)
+    return model

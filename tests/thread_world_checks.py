@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 import traceback
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -646,30 +648,13 @@ def faults(world: int = 4, seconds: float = 2.0) -> dict:
 # ---------------------------------------------------------------- compiled FSDP
 
 
-class _ReplicateForCompute(torch.nn.Module):
-    """A parametrization: the parameter is stored as its shard (a DTensor), and each use
-    all-gathers it; its gradient is reduce-scattered (averaged) back onto the shard."""
-
-    def forward(self, sharded):
-        from torch.distributed.tensor import Partial, Replicate
-
-        full = sharded.redistribute(placements=[Replicate()])
-        return full.to_local(grad_placements=[Partial("avg")])
-
-
 def simple_fsdp(model: torch.nn.Module, mesh) -> torch.nn.Module:
-    """Fully sharded data parallelism written with DTensor (as TorchTitan's SimpleFSDP,
-    the form of FSDP that torch.compile traces whole): every parameter sharded along
-    dim 0 over ``mesh``, all-gathered where it is used."""
-    from torch.distributed.tensor import Shard, distribute_tensor
-    from torch.nn.utils import parametrize
+    """Every parameter sharded over ``mesh`` and all-gathered where it is used (DTensor, as
+    TorchTitan's SimpleFSDP): benchmarks/models.py's, which the benchmark trains too."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from models import shard_parameters
 
-    for module in list(model.modules()):
-        for name, p in list(module.named_parameters(recurse=False)):
-            sharded = torch.nn.Parameter(distribute_tensor(p.data, mesh, [Shard(0)]))
-            module.register_parameter(name, sharded)
-            parametrize.register_parametrization(module, name, _ReplicateForCompute(), unsafe=True)
-    return model
+    return shard_parameters(model, mesh)
 
 
 def compiled_fsdp(world: int = 4) -> dict:

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch._inductor.output_code import OutputCode
 
-from torch_tpu._compile import CompiledGraph
+from torch_tpu._compiled_graph import CompiledGraph
 
 
 class GraphCode(OutputCode):

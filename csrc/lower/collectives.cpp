@@ -43,8 +43,26 @@ bool reduces_natively(const std::string& reduce, ElementType type) {
   return type == ElementType::Pred || (reduce != "band" && reduce != "bor");
 }
 
+// XLA's CPU all-reduce has each replica combine every rank's whole value; a
+// reduce-scatter and then an all-gather has each combine only its block:
+// measured on 4 CPU devices, 37 against 110 ms at 64 MB, 8 against 10-12 ms at
+// 16 MB, alike below 1 MB. GPUs and TPUs all-reduce natively (NCCL's ring).
+constexpr int64_t kScatterGatherBytes = int64_t{1} << 20;
+
+bool scatters_then_gathers(const Context& c, const Value& x) {
+  return c.platform() == "cpu" && x.shape.numel() * element_size(x.type()) >= kScatterGatherBytes;
+}
+
 // The reduction of the flat `x` across the group.
-Value reduced_across(Builder& b, const Value& x, const std::string& reduce, int64_t n) {
+Value reduced_across(Context& c, const Value& x, const std::string& reduce, int64_t n) {
+  Builder& b = c.b;
+  if (reduces_natively(reduce, x.type()) && scatters_then_gathers(c, x)) {
+    const int64_t m = x.dim(0), padded = (m + n - 1) / n * n;
+    Value whole = padded == m ? x : b.pad(x, b.constant(0, x.type()), {0}, {padded - m}, {0});
+    Value mine = b.reduce_scatter(whole, 0, whole_group(n), combiner(reduce, x.type()));
+    Value all = b.all_gather(mine, 0, whole_group(n));
+    return padded == m ? all : b.slice(all, {0}, {m}, {1});
+  }
   if (reduces_natively(reduce, x.type())) {
     return b.all_reduce(x, whole_group(n), combiner(reduce, x.type()));
   }
@@ -56,14 +74,15 @@ Value reduced_across(Builder& b, const Value& x, const std::string& reduce, int6
 }
 
 // Rank r's block (of size/n) of the reduction of the flat `x` across the group.
-Value scattered_across(Builder& b, const Value& x, const std::string& reduce, int64_t n) {
+Value scattered_across(Context& c, const Value& x, const std::string& reduce, int64_t n) {
+  Builder& b = c.b;
   if (reduces_natively(reduce, x.type())) {
     return b.reduce_scatter(x, 0, whole_group(n), combiner(reduce, x.type()));
   }
   const int64_t block = x.dim(0) / n;
   Value start =
       b.mul(b.convert(b.replica_id(), ElementType::S64), b.constant_int(block, ElementType::S64));
-  return b.dynamic_slice(reduced_across(b, x, reduce, n), {start}, {block});
+  return b.dynamic_slice(reduced_across(c, x, reduce, n), {start}, {block});
 }
 
 // PREMUL_SUM scales each rank's value first (by a host scalar or a tensor).
@@ -91,7 +110,7 @@ std::vector<Value> all_reduce(Context& c, const Args& a) {
   std::vector<Value> out;
   for (const Value& t : a.tensors(0)) {
     Value x = flat(b, premultiplied(b, t, reduce, a, 3));
-    out.push_back(b.reshape(averaged(b, reduced_across(b, x, reduce, n), reduce, n), t.dims()));
+    out.push_back(b.reshape(averaged(b, reduced_across(c, x, reduce, n), reduce, n), t.dims()));
   }
   return out;
 }
@@ -186,7 +205,7 @@ std::vector<Value> reduce_scatter(Context& c, const Args& a) {
   std::vector<Value> out;
   for (const Value& input : inputs) {
     Value x = premultiplied(b, input, reduce, a, 3);
-    Value mine = scattered_across(b, x, reduce, n);
+    Value mine = scattered_across(c, x, reduce, n);
     out.push_back(b.reshape(averaged(b, mine, reduce, n), c.output(out.size()).dims));
   }
   return out;
