@@ -87,7 +87,8 @@ check-torch-min: $(STAMP)
 #     mode; test_compile.py checks a capture inside defer_and_fuse itself; so do
 #     the bounded-dynamism ones), the distributed tests (each pass starts ~20
 #     worker processes; their collectives check a block of defer_and_fuse work
-#     themselves, and the file passes with TORCH_TPU_EAGER_MODE=defer_and_fuse),
+#     themselves, and the file passes with TORCH_TPU_EAGER_MODE=defer_and_fuse;
+#     test_distributed_programs.py's worlds run strict and defer_and_fuse themselves),
 #     what does not depend on the mode (packaging, command lines, the host's
 #     argument checks) and the tests that run every mode themselves (data
 #     checks, custom kernels, profiler, the frameworks of tests/test_frameworks.py);
@@ -98,6 +99,7 @@ check-torch-min: $(STAMP)
 EAGER_MODES ?= strict debug defer_and_fuse
 STRICT_ONLY ?= --ignore=tests/test_ops.py --ignore=tests/test_compile.py \
 	--ignore=tests/test_bounded_dynamism.py --ignore=tests/test_distributed.py \
+	--ignore=tests/test_distributed_programs.py \
 	--ignore=tests/test_packaging.py --ignore=tests/test_command_line.py \
 	--ignore=tests/test_argument_checks.py --ignore=tests/test_data_checks.py \
 	--ignore=tests/test_kernels.py --ignore=tests/test_profiler.py \

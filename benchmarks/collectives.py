@@ -55,7 +55,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import Transformer, shard_parameters  # noqa: E402
+from models import Transformer, shard_parameters
 
 SIZES = [4 << (10 + 2 * i) for i in range(8)]  # 4 KB, 16 KB, ..., 64 MB
 RESULT = "RESULT "
@@ -222,8 +222,8 @@ def main(args: argparse.Namespace) -> None:
           f"{args.rounds} rounds)")  # fmt: skip
     print(f"{'size':>8} {'staged (Gloo)':>14} {'in programs':>12} {'ratio':>7}")
     for nbytes in SIZES:
-        staged = median("staged", lambda x: x["times"][nbytes])
-        program = median("program", lambda x: x["times"][nbytes])
+        staged = median("staged", lambda x, n=nbytes: x["times"][n])
+        program = median("program", lambda x, n=nbytes: x["times"][n])
         staged_bw = bus_bandwidth(nbytes, staged, world) / 1e9
         program_bw = bus_bandwidth(nbytes, program, world) / 1e9
         print(f"{human(nbytes):>8} {staged_bw:14.3f} {program_bw:12.3f} {staged / program:7.2f}")

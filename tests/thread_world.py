@@ -45,6 +45,9 @@ def run_world(
     run_env = dict(
         os.environ, TORCH_TPU_NUM_DEVICES=str(world_size), PYTHONUNBUFFERED="1", **(env or {})
     )
+    # The scenarios choose their eager modes themselves (a test tier's mode is not theirs).
+    for name in ("TORCH_TPU_EAGER_MODE", "TORCH_TPU_DEFER_AND_FUSE", "TPU_LAUNCH_BLOCKING"):
+        run_env.pop(name, None)
     try:
         out = subprocess.run(
             command, env=run_env, capture_output=True, text=True, timeout=timeout, check=False

@@ -79,6 +79,11 @@ def compiled_in_turn(fn):
     (PyTorch segfaults in create_cache_entry); a call only records or appends work (the
     caller reads its results after it, outside the lock), so ranks never wait for each
     other inside it."""
+    # Every rank's thread compiles its own graphs of one function (a device each): past
+    # Dynamo's recompile limit (its configuration is the thread's) a call would run
+    # eagerly inside the lock, its collectives waiting for ranks waiting for the lock.
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.accumulated_recompile_limit = 1024
     compiled_fn = torch.compile(fn, backend="tpu")
     # The group finds its path at its first collective, where every rank must come.
     dist.all_reduce(torch.zeros(1, device="tpu"))
@@ -369,9 +374,9 @@ def compiled(world: int = 4) -> dict:
         t = funcol.all_to_all_single(g, None, None, group)
         return a + 1, g, r, b, t
 
-    def rank_checks(rank: int) -> dict:
+    def rank_checks(rank: int, dtype: torch.dtype) -> dict:
         group = dist.group.WORLD
-        xs = [make(torch.float32, (world, 3), r, 2000) for r in range(world)]
+        xs = [make(dtype, (world, 3), r, 2000) for r in range(world)]
         gathered = torch.cat(xs)
         expected = [
             reference("sum", [x * 2 for x in xs]) + 1,
@@ -386,7 +391,7 @@ def compiled(world: int = 4) -> dict:
             for call in range(3):
                 outs = fn(xs[rank].to("tpu"), group)
                 for i, (o, e) in enumerate(zip(outs, expected)):
-                    c.close(f"compiled.call{call}.out{i}[rank {rank}]", o, e)
+                    c.close(name_of(f"compiled.call{call}.out{i}[rank {rank}]", dtype, ()), o, e)
         by_op = [str(w.message) for w in caught if "op by op" in str(w.message)]
         c.true(f"compiled.no_op_by_op[rank {rank}]", not by_op, "; ".join(by_op))
         return {}
@@ -415,7 +420,8 @@ def compiled(world: int = 4) -> dict:
             counts.append(torch_tpu.metrics())
 
     before = torch_tpu.metrics()
-    ranks(world, rank_checks)
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        ranks(world, functools.partial(rank_checks, dtype=dtype))
     after = torch_tpu.metrics()
     staged = after["staged_collectives"] - before["staged_collectives"]
     c.true("compiled.nothing staged", staged == 0, f"{staged} staged")
