@@ -20,6 +20,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch_tpu
+import collective_inputs
+from collective_inputs import make
 
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
@@ -88,19 +90,6 @@ INTS = [torch.int64, torch.int32, torch.uint8]
 SHAPES = [(), (7,), (3, 5)]
 
 
-def make(dtype: torch.dtype, shape, rank: int, salt: int) -> torch.Tensor:
-    """The same values in every process for (rank, salt), small enough for products."""
-    g = torch.Generator().manual_seed(7919 * salt + rank)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if dtype.is_complex:
-        return torch.randn(shape, generator=g, dtype=dtype)
-    if dtype.is_floating_point:
-        return (torch.randn(shape, generator=g) * 0.5 + 1).to(dtype)
-    low = 0 if dtype == torch.uint8 else -3
-    return torch.randint(low, 4, shape, generator=g).to(dtype)
-
-
 def real(t: torch.Tensor) -> torch.Tensor:
     """What Gloo is given for ``t`` (it carries complex values as real pairs)."""
     return torch.view_as_real(t) if t.is_complex() else t
@@ -144,16 +133,7 @@ def reference_reduce(name: str, run, x: torch.Tensor) -> torch.Tensor:
 
 
 def reduction_cases():
-    for dtype in FLOATS:
-        for op in ["sum", "product", "min", "max", "avg", "premul_sum"]:
-            yield op, dtype
-    for dtype in INTS:
-        for op in ["sum", "product", "min", "max", "band", "bor", "bxor", "avg"]:
-            yield op, dtype
-    yield "max", torch.bool
-    yield "min", torch.bool
-    yield "sum", torch.complex64
-    yield "avg", torch.complex64
+    return collective_inputs.reduction_cases(FLOATS, INTS, ["max", "min"])
 
 
 def check_all_reduce(c: Checks, gloo) -> None:

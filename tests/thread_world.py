@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ def run_world(
     run_env = dict(
         os.environ, TORCH_TPU_NUM_DEVICES=str(world_size), PYTHONUNBUFFERED="1", **(env or {})
     )
+    # Devices of its own: the test process may hold its device 0 already.
+    run_env["TORCH_TPU_LOCK_DIR"] = tempfile.mkdtemp(prefix="thread_world_locks_")
     # The scenarios choose their eager modes themselves (a test tier's mode is not theirs).
     for name in ("TORCH_TPU_EAGER_MODE", "TORCH_TPU_DEFER_AND_FUSE", "TPU_LAUNCH_BLOCKING"):
         run_env.pop(name, None)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import collective_inputs
+from collective_inputs import make
 from thread_world import ranks
 
 import torch_tpu
@@ -109,19 +111,6 @@ INTS = [torch.int64, torch.int32, torch.int8, torch.uint8]
 SHAPES = [(), (7,), (3, 5)]
 
 
-def make(dtype: torch.dtype, shape, rank: int, salt: int) -> torch.Tensor:
-    """The same values for (rank, salt) in every thread, small enough for products."""
-    g = torch.Generator().manual_seed(7919 * salt + rank)
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=g).bool()
-    if dtype.is_complex:
-        return torch.randn(shape, generator=g, dtype=dtype)
-    if dtype.is_floating_point:
-        return (torch.randn(shape, generator=g) * 0.5 + 1).to(dtype)
-    low = 0 if dtype == torch.uint8 else -3
-    return torch.randint(low, 4, shape, generator=g).to(dtype)
-
-
 def name_of(op: str, dtype: torch.dtype, shape, mode: str = "") -> str:
     return f"{mode}:{op}[{str(dtype).removeprefix('torch.')},{list(shape)}]"
 
@@ -169,16 +158,9 @@ def reference(op: str, xs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def reduction_cases():
-    for dtype in FLOATS:
-        for op in ["sum", "product", "min", "max", "avg", "premul_sum"]:
-            yield op, dtype
-    for dtype in INTS:
-        for op in ["sum", "product", "min", "max", "band", "bor", "bxor", "avg"]:
-            yield op, dtype
-    for op in ["sum", "max", "min", "product", "band", "bor", "bxor"]:
-        yield op, torch.bool
-    yield "sum", torch.complex64
-    yield "avg", torch.complex64
+    return collective_inputs.reduction_cases(
+        FLOATS, INTS, ["sum", "max", "min", "product", "band", "bor", "bxor"]
+    )
 
 
 def strided(x: torch.Tensor) -> torch.Tensor:
@@ -496,10 +478,11 @@ def new_model(device: str) -> torch.nn.Module:
     return model.to(device)
 
 
-def train(model, inputs, targets, device: str, step_fn=None) -> list[float]:
-    # SGD: its updates are linear in the gradients, so the order in which the ranks'
-    # gradients are summed changes parameters by rounding only (AdamW divides a key
-    # bias's gradient, zero up to rounding, by its own magnitude).
+def sgd_step(model):
+    """A training step of ``model``: cross entropy, SGD with momentum. SGD's updates are
+    linear in the gradients, so the order in which ranks' gradients are summed changes
+    parameters by rounding only (AdamW divides a key bias's gradient, zero up to
+    rounding, by its own magnitude)."""
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
     def step(x, y):
@@ -510,11 +493,12 @@ def train(model, inputs, targets, device: str, step_fn=None) -> list[float]:
         opt.zero_grad()
         return loss
 
-    run = step_fn(step) if step_fn else step
-    losses = []
-    for x, y in zip(inputs, targets):
-        losses.append(run(x.to(device), y.to(device)))
-    return [float(loss) for loss in losses]
+    return step
+
+
+def train(model, inputs, targets, device: str) -> list[float]:
+    step = sgd_step(model)
+    return [float(step(x.to(device), y.to(device)).detach()) for x, y in zip(inputs, targets)]
 
 
 def full_params(model) -> list[torch.Tensor]:
@@ -682,17 +666,7 @@ def compiled_fsdp(world: int = 4) -> dict:
         device = f"tpu:{rank}"
         mesh = init_device_mesh("tpu", (world,))
         model = simple_fsdp(new_model(device), mesh)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-
-        def step(x, y):
-            logits = model(x)
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss
-
-        run = compiled_in_turn(step)
+        run = compiled_in_turn(sgd_step(model))
         xs = inputs[:, rank * per_rank : (rank + 1) * per_rank]
         ys = targets[:, rank * per_rank : (rank + 1) * per_rank]
         for i in range(STEPS):
