@@ -37,6 +37,10 @@ def metrics_report() -> str:
             f"  device -> host:     {m['device_to_host_transfers']} transfers,"
             f" {m['device_to_host_bytes']} bytes"
         ),
+        (
+            f"  tpu_dist:           {m['program_collectives']} collectives in programs,"
+            f" {m['staged_collectives']} staged through the host"
+        ),
     ]
     fallbacks = m["fallbacks"]
     if fallbacks:
