@@ -309,6 +309,73 @@ def check_groups(c: Checks, rank: int, world: int, mode: str) -> None:
     dist.barrier()
 
 
+def check_point_to_point(c: Checks, rank: int, world: int, mode: str) -> None:
+    """send/recv and batch_isend_irecv: a ring in each dtype, a pipeline of blocking
+    sends, two ranks sending each other before receiving, strided tensors, several
+    messages to one peer (matched in order), and a sub-group's ranks."""
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+
+    def ring(sends, recvs, group=None, peers=(nxt, prv)):
+        ops = [dist.P2POp(dist.isend, t, peers[0], group) for t in sends]
+        ops += [dist.P2POp(dist.irecv, t, peers[1], group) for t in recvs]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64):
+        xs = [make(dtype, (4, 3), r, 3000) for r in range(world)]
+        out = torch.empty(4, 3, dtype=dtype, device="tpu")
+        ring([xs[rank].to("tpu")], [out])
+        c.close(name_of("p2p.ring", dtype, (4, 3), mode), out, xs[prv])
+
+    x = make(torch.float32, (6,), 0, 3100)
+    t = x.to("tpu") if rank == 0 else torch.empty(6, device="tpu")
+    if rank > 0:
+        dist.recv(t, src=rank - 1)
+        t += 1
+    if rank < world - 1:
+        dist.send(t, dst=rank + 1)
+    else:
+        c.close(name_of("p2p.pipeline", torch.float32, (6,), mode), t, x + (world - 1))
+
+    if rank < world - world % 2:
+        partner = rank ^ 1
+        ys = [make(torch.float32, (2, 5), r, 3200) for r in range(world)]
+        got = torch.empty(2, 5, device="tpu")
+        sent = dist.isend(ys[rank].to("tpu"), partner)
+        dist.recv(got, partner)
+        sent.wait()
+        c.close(name_of("p2p.both_ways", torch.float32, (2, 5), mode), got, ys[partner])
+
+    zs = [make(torch.float32, (5, 4), r, 3300) for r in range(world)]
+    buf = torch.zeros(4, 5, 2, device="tpu")
+    ring([zs[rank].to("tpu").t()], [buf[:, :, 1]])
+    expected = torch.zeros(4, 5, 2)
+    expected[:, :, 1] = zs[prv].t()
+    c.close(name_of("p2p.strided", torch.float32, (4, 5, 2), mode), buf, expected)
+
+    parts = [[make(torch.float32, (k + 1,), r, 3400 + k) for k in range(3)] for r in range(world)]
+    outs = [torch.empty(k + 1, device="tpu") for k in range(3)]
+    ring([p.to("tpu") for p in parts[rank]], outs)
+    for k in range(3):
+        c.close(name_of(f"p2p.in_order{k}", torch.float32, (k + 1,), mode), outs[k],
+                parts[prv][k])  # fmt: skip
+
+    members = list(range(0, world, 2))
+    evens = dist.new_group(members)
+    if len(members) > 1 and rank in members:
+        dist.all_reduce(torch.zeros(1, device="tpu"), group=evens)  # the group finds its path
+        me, n = members.index(rank), len(members)
+        w = make(torch.float32, (3,), rank, 3500)
+        got = torch.empty(3, device="tpu")
+        ops = [dist.P2POp(dist.isend, w.to("tpu"), group=evens, group_peer=(me + 1) % n),
+               dist.P2POp(dist.irecv, got, group=evens, group_peer=(me - 1) % n)]  # fmt: skip
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        c.close(name_of("p2p.evens", torch.float32, (3,), mode), got,
+                make(torch.float32, (3,), members[(me - 1) % n], 3500))  # fmt: skip
+    dist.barrier()
+
+
 def collectives(world: int = 4, modes=("strict", "defer_and_fuse")) -> dict:
     c = Checks()
 
@@ -317,6 +384,7 @@ def collectives(world: int = 4, modes=("strict", "defer_and_fuse")) -> dict:
         c.guarded(f"{mode}:reductions[rank {rank}]", check_reductions, c, rank, world, mode)
         c.guarded(f"{mode}:data movement[rank {rank}]", check_data_movement, c, rank, world, mode)
         c.guarded(f"{mode}:groups[rank {rank}]", check_groups, c, rank, world, mode)
+        c.guarded(f"{mode}:p2p[rank {rank}]", check_point_to_point, c, rank, world, mode)
         return before
 
     counts = {}
@@ -619,6 +687,28 @@ def faults(world: int = 4, seconds: float = 2.0) -> dict:
         y = torch.full((3,), float(rank), device="tpu")
         dist.all_reduce(y, group=group)
         c.close(f"faults.recovered[rank {rank}]", y, torch.full((3,), float(sum(range(world)))))
+
+        # A message of 4 elements received as one of 5: both ends learn it at once, and
+        # the pair goes on.
+        if rank < 2:
+
+            def different_message():
+                if rank == 0:
+                    dist.send(torch.ones(4, device="tpu"), dst=1, group=group)
+                else:
+                    dist.recv(torch.empty(5, device="tpu"), src=0, group=group)
+
+            elapsed[("different_p2p", rank)] = raises(
+                f"faults.different_p2p[rank {rank}]", different_message,
+                "ranks launched different programs", "tpu_dist send/recv", "ranks 0 and 1",
+                f"group '{group.group_name}'",
+            )  # fmt: skip
+            z = torch.full((2,), float(rank), device="tpu")
+            if rank == 0:
+                dist.send(z, dst=1, group=group)
+            else:
+                dist.recv(z, src=0, group=group)
+            c.close(f"faults.p2p_recovered[rank {rank}]", z, torch.zeros(2))
 
         # A rank that never reaches a new group's first collective.
         fresh = dist.new_group(timeout=timeout)

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <random>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "engine/backend.h"
 #include "engine/metrics.h"
@@ -119,6 +120,7 @@ class StoreAgreedGroup : public engine::DeviceGroup {
                    std::chrono::milliseconds timeout)
       : DeviceGroup(std::move(device_ids), name, timeout),
         store_(std::move(store)),
+        uid_text_(uid),
         uid_(std::hash<std::string>()(uid)) {}
 
   runtime::Launch launch(const engine::Program& program, int rank, int device,
@@ -169,7 +171,16 @@ class StoreAgreedGroup : public engine::DeviceGroup {
   }
 
  private:
+  std::shared_ptr<engine::DeviceGroup> make_pair(int low, int high, std::string name) override {
+    const std::string pair = "pair/" + std::to_string(low) + "," + std::to_string(high);
+    return std::make_shared<StoreAgreedGroup>(
+        c10::make_intrusive<c10d::PrefixStore>(pair, store_), uid_text_ + "/" + pair,
+        std::vector<int64_t>{device_ids().at(low), device_ids().at(high)}, std::move(name),
+        timeout());
+  }
+
   c10::intrusive_ptr<c10d::Store> store_;
+  std::string uid_text_;
   uint64_t uid_;
   std::atomic<uint64_t> next_{0};
 };

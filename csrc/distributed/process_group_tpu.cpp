@@ -307,6 +307,11 @@ bool ProcessGroupTPU::in_program(const std::string& op, const std::vector<at::Te
     program_ = join_device_group(store_, op, rank_, size_, tensors[0].device().index(), timeout_);
     if (program_ && !getGroupUid().empty()) setGroupUid(getGroupUid());
   });
+  return found_in_program(op, tensors);
+}
+
+bool ProcessGroupTPU::found_in_program(const std::string& op,
+                                       const std::vector<at::Tensor>& tensors) {
   if (!program_ || !program_->carries(tensors)) return false;
   for (const auto& t : tensors) {
     TORCH_CHECK_VALUE(t.layout() == at::kStrided, "tpu_dist ", op,
@@ -672,6 +677,7 @@ WorkPtr ProcessGroupTPU::alltoall(std::vector<at::Tensor>& outputs, std::vector<
 
 WorkPtr ProcessGroupTPU::send(std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
   const std::string op = "send";
+  if (found_in_program(op, tensors)) return program_->send(op, tensors, dst_rank);
   prepare(op, tensors);
   Staging staging;
   auto host = stage_inputs(staging, tensors);
@@ -681,6 +687,7 @@ WorkPtr ProcessGroupTPU::send(std::vector<at::Tensor>& tensors, int dst_rank, in
 
 WorkPtr ProcessGroupTPU::recv(std::vector<at::Tensor>& tensors, int src_rank, int tag) {
   const std::string op = "recv";
+  if (found_in_program(op, tensors)) return program_->recv(op, tensors, src_rank);
   prepare(op, tensors);
   Staging staging;
   auto host = stage_outputs(staging, tensors);
@@ -690,6 +697,10 @@ WorkPtr ProcessGroupTPU::recv(std::vector<at::Tensor>& tensors, int src_rank, in
 
 WorkPtr ProcessGroupTPU::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   const std::string op = "recv";
+  // A program names both ends of a message (NCCL has no any-source receive either).
+  TORCH_CHECK_VALUE(!program_ || !program_->carries(tensors), "tpu_dist ", op,
+                    ": receiving from any source is not supported where the group's "
+                    "collectives run in device programs; give the source rank");
   prepare(op, tensors);
   Staging staging;
   auto host = stage_outputs(staging, tensors);

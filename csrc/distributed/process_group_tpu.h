@@ -100,6 +100,10 @@ class ProcessGroupTPU : public c10d::Backend {
   // is decided at its first collective on tpu tensors (join_device_group):
   // a group used for host tensors alone never starts the device.
   bool in_program(const std::string& op, const std::vector<at::Tensor>& tensors);
+  // The same once the group found its path, without deciding it: two ranks
+  // exchanging messages cannot (point-to-point is staged until a collective
+  // of the whole group found the in-program path).
+  bool found_in_program(const std::string& op, const std::vector<at::Tensor>& tensors);
   void order_after_in_flight(const std::vector<at::Tensor>& tensors);
   c10::intrusive_ptr<c10d::Work> program_work(c10d::OpType type, std::vector<at::Tensor> outputs,
                                               bool blocking = false);
@@ -115,7 +119,7 @@ class ProcessGroupTPU : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> host_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::once_flag joined_;
-  std::unique_ptr<ProgramCollectives> program_;  // null: every collective is staged
+  std::shared_ptr<ProgramCollectives> program_;  // null: every collective is staged
   std::chrono::milliseconds timeout_;
   // Works whose results are not yet in their tensors, with those tensors'
   // storages. Collectives may be issued from several threads (DDP issues

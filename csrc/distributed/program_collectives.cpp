@@ -13,6 +13,7 @@
 #include "engine/deferred.h"
 #include "engine/executor.h"
 #include "engine/program.h"
+#include "engine/storage_ops.h"
 #include "lower/lowering.h"
 
 namespace torch_tpu::distributed {
@@ -21,7 +22,17 @@ namespace {
 
 using c10d::ReduceOp;
 
+// Every rank's program reads an operand as a parameter: a storage never
+// written (read as zeros folded into the program) gets a buffer of zeros, or
+// the programs of a rank receiving into a new tensor and of one sending would differ.
 engine::Input on_device(const at::Tensor& t) {
+  engine::StorageSlot& slot = *aten::slot_of(t);
+  const size_t size = t.element_size();
+  if (!slot.buffer && !slot.pending && slot.nbytes > 0 && slot.nbytes % size == 0) {
+    auto zeros = std::make_shared<std::vector<unsigned char>>(slot.nbytes);
+    engine::upload_storage(slot, zeros->data(), aten::element_type(t.scalar_type()),
+                           static_cast<int64_t>(slot.nbytes / size), [zeros] {});
+  }
   engine::Input in;
   in.view = aten::view_of(t);
   in.dtype = aten::element_type(t.scalar_type());
@@ -155,8 +166,8 @@ bool ProgramCollectives::carries(const std::vector<at::Tensor>& tensors) const {
 
 namespace {
 
-void run(const std::string& op, const char* rule, const engine::GroupRank& member, int device,
-         std::vector<engine::CallArg> args, const std::vector<at::Tensor>& targets) {
+void run_as(const engine::GroupRank& member, const std::string& op, const char* rule, int device,
+            std::vector<engine::CallArg> args, const std::vector<at::Tensor>& targets) {
   engine::OpCall call;
   call.name = engine::interned("tpu_dist " + op);
   call.rule = lower::find_rule(rule);
@@ -174,9 +185,16 @@ void run(const std::string& op, const char* rule, const engine::GroupRank& membe
 
 }  // namespace
 
+void ProgramCollectives::run(const std::string& op, const char* rule,
+                             std::vector<engine::CallArg> args,
+                             const std::vector<at::Tensor>& targets) {
+  launch_messages();
+  run_as(member_, op, rule, device_, std::move(args), targets);
+}
+
 void ProgramCollectives::all_reduce(const std::string& op, const std::vector<at::Tensor>& outputs,
                                     const std::vector<at::Tensor>& inputs, const ReduceOp& reduce) {
-  run(op, "_tpu_dist_all_reduce", member_, device_,
+  run(op, "_tpu_dist_all_reduce",
       {tensors_arg(inputs), static_arg(reduction(op, reduce, inputs)), static_arg(int64_t{size()}),
        factor_arg(reduce)},
       outputs);
@@ -184,7 +202,7 @@ void ProgramCollectives::all_reduce(const std::string& op, const std::vector<at:
 
 void ProgramCollectives::reduce(const std::string& op, const std::vector<at::Tensor>& tensors,
                                 const ReduceOp& reduce, int root) {
-  run(op, "_tpu_dist_reduce", member_, device_,
+  run(op, "_tpu_dist_reduce",
       {tensors_arg(tensors), static_arg(reduction(op, reduce, tensors)),
        static_arg(int64_t{size()}), factor_arg(reduce), static_arg(int64_t{root})},
       tensors);
@@ -192,13 +210,13 @@ void ProgramCollectives::reduce(const std::string& op, const std::vector<at::Ten
 
 void ProgramCollectives::broadcast(const std::string& op, const std::vector<at::Tensor>& outputs,
                                    const std::vector<at::Tensor>& inputs, int root) {
-  run(op, "_tpu_dist_broadcast", member_, device_,
+  run(op, "_tpu_dist_broadcast",
       {tensors_arg(inputs), static_arg(int64_t{root}), static_arg(int64_t{size()})}, outputs);
 }
 
 void ProgramCollectives::all_gather(const std::string& op, const std::vector<at::Tensor>& outputs,
                                     const std::vector<at::Tensor>& inputs, bool per_rank) {
-  run(op, "_tpu_dist_all_gather", member_, device_,
+  run(op, "_tpu_dist_all_gather",
       {tensors_arg(inputs), static_arg(int64_t{size()}), static_arg(per_rank)}, outputs);
 }
 
@@ -206,7 +224,7 @@ void ProgramCollectives::reduce_scatter(const std::string& op,
                                         const std::vector<at::Tensor>& outputs,
                                         const std::vector<at::Tensor>& inputs,
                                         const ReduceOp& reduce, bool per_rank) {
-  run(op, "_tpu_dist_reduce_scatter", member_, device_,
+  run(op, "_tpu_dist_reduce_scatter",
       {tensors_arg(inputs), static_arg(reduction(op, reduce, inputs)), static_arg(int64_t{size()}),
        factor_arg(reduce), static_arg(per_rank)},
       outputs);
@@ -216,7 +234,7 @@ void ProgramCollectives::all_to_all(const std::string& op, const std::vector<at:
                                     const std::vector<at::Tensor>& inputs,
                                     const std::vector<int64_t>& output_splits,
                                     const std::vector<int64_t>& input_splits) {
-  run(op, "_tpu_dist_all_to_all", member_, device_,
+  run(op, "_tpu_dist_all_to_all",
       {tensors_arg(inputs), static_arg(int64_t{size()}), scalars_arg(input_splits),
        scalars_arg(output_splits)},
       outputs);
@@ -225,6 +243,153 @@ void ProgramCollectives::all_to_all(const std::string& op, const std::vector<at:
 void ProgramCollectives::barrier(const std::string& op) {
   at::Tensor token = aten::empty_tpu({1}, at::kInt, static_cast<c10::DeviceIndex>(device_));
   all_reduce(op, {token}, {token}, ReduceOp(ReduceOp::SUM));
+}
+
+// ---------------------------------------------------------------- point to point
+
+// What the Works of messages launched together report.
+struct MessageBatch {
+  std::atomic<bool> launched{false};
+  std::string error;  // set before `launched`
+  std::shared_ptr<engine::CompletionMark> done;
+};
+
+namespace {
+
+// A held message's Work: waiting launches the held messages (NCCL's isend
+// returns with the message on its way; here a rank's messages go together).
+class MessageWork : public c10d::Work {
+ public:
+  MessageWork(int rank, c10d::OpType type, std::shared_ptr<ProgramCollectives> program,
+              std::shared_ptr<MessageBatch> batch, std::vector<at::Tensor> tensors)
+      : c10d::Work(rank, type),
+        program_(std::move(program)),
+        batch_(std::move(batch)),
+        tensors_(std::move(tensors)) {}
+
+  bool isCompleted() override {
+    return batch_->launched && (!batch_->error.empty() || batch_->done->done());
+  }
+  bool isSuccess() const override { return batch_->launched && batch_->error.empty(); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (!batch_->launched) program_->launch_messages();
+    if (!batch_->error.empty()) C10_THROW_ERROR(DistBackendError, batch_->error);
+    return true;
+  }
+  void synchronize() override {}
+  std::vector<at::Tensor> result() override { return tensors_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    wait(kNoTimeout);
+    auto future =
+        c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+    future->markCompleted(c10::IValue(tensors_));
+    return future;
+  }
+
+ private:
+  std::shared_ptr<ProgramCollectives> program_;
+  std::shared_ptr<MessageBatch> batch_;
+  std::vector<at::Tensor> tensors_;
+};
+
+// Whether a pair's program can read and write `t` as it is: its whole
+// storage, densely, in a buffer of its dtype (a complex storage seen as real
+// pairs, or one never written, would make the two ranks' programs differ).
+bool exchanged_in_place(const at::Tensor& t) {
+  engine::StorageSlot& slot = *aten::slot_of(t);
+  engine::materialize(slot, engine::FlushReason::Collective);
+  return t.is_contiguous() && t.storage_offset() == 0 &&
+         t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.element_size() && slot.buffer &&
+         slot.element_type() == aten::element_type(t.scalar_type());
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProgramCollectives::send(const std::string& op,
+                                                        const std::vector<at::Tensor>& tensors,
+                                                        int peer) {
+  return hold(op, tensors, peer, /*outgoing=*/true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProgramCollectives::recv(const std::string& op,
+                                                        const std::vector<at::Tensor>& tensors,
+                                                        int peer) {
+  return hold(op, tensors, peer, /*outgoing=*/false);
+}
+
+c10::intrusive_ptr<c10d::Work> ProgramCollectives::hold(const std::string& op,
+                                                        const std::vector<at::Tensor>& tensors,
+                                                        int peer, bool outgoing) {
+  const int rank = member_.rank;
+  TORCH_CHECK_VALUE(peer >= 0 && peer < size(), "tpu_dist ", op, ": peer rank ", peer,
+                    " is not in the group of ", size(), " ranks");
+  TORCH_CHECK_VALUE(peer != rank, "tpu_dist ", op, ": rank ", rank, " cannot ",
+                    outgoing ? "send to" : "receive from", " itself");
+  std::lock_guard<std::mutex> lock(messages_mutex_);
+  if (!batch_) batch_ = std::make_shared<MessageBatch>();
+  for (const at::Tensor& t : tensors) held_.push_back({peer, outgoing, t});
+  return c10::make_intrusive<MessageWork>(rank, outgoing ? c10d::OpType::SEND : c10d::OpType::RECV,
+                                          shared_from_this(), batch_, tensors);
+}
+
+void ProgramCollectives::launch_messages() {
+  std::vector<Message> messages;
+  std::shared_ptr<MessageBatch> batch;
+  {
+    std::lock_guard<std::mutex> lock(messages_mutex_);
+    messages.swap(held_);
+    batch.swap(batch_);
+  }
+  if (messages.empty()) return;
+  // Pairs in ascending (low, high) order, the same for every rank: for this
+  // rank, that is ascending peer order.
+  std::stable_sort(messages.begin(), messages.end(),
+                   [](const Message& a, const Message& b) { return a.peer < b.peer; });
+  try {
+    for (size_t first = 0, last; first < messages.size(); first = last) {
+      for (last = first; last < messages.size() && messages[last].peer == messages[first].peer;) {
+        ++last;
+      }
+      exchange(messages[first].peer, {messages.begin() + first, messages.begin() + last});
+    }
+    batch->done = engine::mark_completion(device_);
+  } catch (const std::exception& e) {
+    batch->error = e.what();
+    batch->launched = true;
+    throw;
+  }
+  batch->launched = true;
+}
+
+void ProgramCollectives::exchange(int peer, const std::vector<Message>& messages) {
+  const int rank = member_.rank;
+  const bool low = rank < peer;
+  // The pair's program: messages from the lower rank, then from the higher,
+  // each in issue order; each rank gives what it sends or receives into, as
+  // a dense tensor of its own.
+  std::vector<at::Tensor> tensors, receivers;
+  lower::IntList sources;
+  std::vector<const void*> storages;
+  for (const bool from_low : {true, false}) {
+    for (const Message& m : messages) {
+      if ((m.outgoing == low) != from_low) continue;
+      const void* storage = m.tensor.storage().unsafeGetStorageImpl();
+      const bool seen = std::find(storages.begin(), storages.end(), storage) != storages.end();
+      storages.push_back(storage);
+      tensors.push_back(exchanged_in_place(m.tensor) && !seen
+                            ? m.tensor
+                            : m.tensor.clone(at::MemoryFormat::Contiguous));
+      receivers.push_back(m.outgoing ? at::Tensor() : m.tensor);
+      sources.push_back(from_low ? 0 : 1);
+    }
+  }
+  const int low_rank = std::min(rank, peer), high_rank = std::max(rank, peer);
+  engine::GroupRank pair{member_.group->pair(low_rank, high_rank), low ? 0 : 1};
+  run_as(pair, "send/recv", "_tpu_dist_exchange", device_,
+         {tensors_arg(tensors), static_arg(sources)}, tensors);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (receivers[i].defined() && !receivers[i].is_same(tensors[i])) receivers[i].copy_(tensors[i]);
+  }
 }
 
 // ---------------------------------------------------------------- joining
@@ -279,7 +444,7 @@ Member from_text(const std::vector<uint8_t>& bytes) {
 
 }  // namespace
 
-std::unique_ptr<ProgramCollectives> join_device_group(const c10::intrusive_ptr<c10d::Store>& store,
+std::shared_ptr<ProgramCollectives> join_device_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                       const std::string& op, int rank, int size,
                                                       int device,
                                                       std::chrono::milliseconds timeout) {
@@ -313,7 +478,7 @@ std::unique_ptr<ProgramCollectives> join_device_group(const c10::intrusive_ptr<c
   const std::string name = "tpu_dist group of " + std::to_string(size) + " ranks";
   auto group = one_process ? engine::in_process_group(members[0].nonce, ids, name, timeout)
                            : store_agreed_group(store, members[0].nonce, ids, name, timeout);
-  return std::make_unique<ProgramCollectives>(engine::GroupRank{group, rank}, device);
+  return std::make_shared<ProgramCollectives>(engine::GroupRank{group, rank}, device);
 }
 
 // ---------------------------------------------------------------- Work

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -16,10 +17,13 @@
 #include <vector>
 
 #include "engine/device_group.h"
+#include "engine/op_call.h"
 
 namespace torch_tpu::distributed {
 
-class ProgramCollectives {
+struct MessageBatch;  // messages launched together
+
+class ProgramCollectives : public std::enable_shared_from_this<ProgramCollectives> {
  public:
   ProgramCollectives(engine::GroupRank member, int device)
       : member_(std::move(member)), device_(device) {}
@@ -57,9 +61,37 @@ class ProgramCollectives {
   // Completes once every rank launched it (a one-element all-reduce).
   void barrier(const std::string& op);
 
+  // Point-to-point messages to or from `peer` are held until this rank waits
+  // for one of them (their Work's wait()) or issues a collective of the
+  // group; then every held message launches, one program per peer pair
+  // carrying the pair's messages both ways (each direction in issue order,
+  // as NCCL matches them), pairs in one order for all ranks so that a batch
+  // (a ring's isend and irecv) never waits on itself.
+  c10::intrusive_ptr<c10d::Work> send(const std::string& op, const std::vector<at::Tensor>& tensors,
+                                      int peer);
+  c10::intrusive_ptr<c10d::Work> recv(const std::string& op, const std::vector<at::Tensor>& tensors,
+                                      int peer);
+  void launch_messages();
+
  private:
+  struct Message {
+    int peer;
+    bool outgoing;
+    at::Tensor tensor;
+  };
+
+  c10::intrusive_ptr<c10d::Work> hold(const std::string& op, const std::vector<at::Tensor>& tensors,
+                                      int peer, bool outgoing);
+  void exchange(int peer, const std::vector<Message>& messages);
+  // Launches the collective `rule` over the group, after held messages.
+  void run(const std::string& op, const char* rule, std::vector<engine::CallArg> args,
+           const std::vector<at::Tensor>& targets);
+
   engine::GroupRank member_;
   int device_;
+  std::mutex messages_mutex_;
+  std::vector<Message> held_;
+  std::shared_ptr<MessageBatch> batch_;
 };
 
 // The in-program path of the group `store` serves (rank `rank` of `size`, on
@@ -69,7 +101,7 @@ class ProgramCollectives {
 // domain and device; programs span the group when one client runs all its
 // devices (ranks as threads of one process; a client made for a multi-
 // process job), each rank on a device of its own.
-std::unique_ptr<ProgramCollectives> join_device_group(const c10::intrusive_ptr<c10d::Store>& store,
+std::shared_ptr<ProgramCollectives> join_device_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                       const std::string& op, int rank, int size,
                                                       int device,
                                                       std::chrono::milliseconds timeout);

@@ -14,6 +14,16 @@ DeviceGroup::DeviceGroup(std::vector<int64_t> device_ids, std::string name,
                          std::chrono::milliseconds timeout)
     : device_ids_(std::move(device_ids)), name_(std::move(name)), timeout_ms_(timeout.count()) {}
 
+std::shared_ptr<DeviceGroup> DeviceGroup::pair(int low, int high) {
+  std::lock_guard<std::mutex> lock(pairs_mutex_);
+  std::shared_ptr<DeviceGroup>& group = pairs_[{low, high}];
+  if (!group) {
+    group = make_pair(low, high,
+                      name() + ": ranks " + std::to_string(low) + " and " + std::to_string(high));
+  }
+  return group;
+}
+
 namespace {
 
 BlockingWait& blocking_wait() {
@@ -123,6 +133,13 @@ class InProcessGroup : public DeviceGroup {
     round.params.clear();
     round.launched = true;
     round.done.notify_all();
+  }
+
+  // One object for every rank: its pairs are shared as well.
+  std::shared_ptr<DeviceGroup> make_pair(int low, int high, std::string name) override {
+    return std::make_shared<InProcessGroup>(
+        std::vector<int64_t>{device_ids().at(low), device_ids().at(high)}, std::move(name),
+        timeout());
   }
 
   static bool same_program(const Program& a, const Program& b) {

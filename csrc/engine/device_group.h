@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -57,11 +58,21 @@ class DeviceGroup {
                                  std::vector<runtime::BufferPtr> params,
                                  const std::vector<int64_t>& non_donatable) = 0;
 
+  // The group of ranks `low` < `high` of this one, the same for both (each
+  // process's pair object of a multi-process group agrees through the same
+  // store): what their point-to-point messages launch through.
+  std::shared_ptr<DeviceGroup> pair(int low, int high);
+
+ protected:
+  virtual std::shared_ptr<DeviceGroup> make_pair(int low, int high, std::string name) = 0;
+
  private:
   std::vector<int64_t> device_ids_;
   mutable std::mutex name_mutex_;
   std::string name_;
   std::atomic<int64_t> timeout_ms_;
+  std::mutex pairs_mutex_;
+  std::map<std::pair<int, int>, std::shared_ptr<DeviceGroup>> pairs_;
 };
 
 // A rank of a group: what an op call carries to reach its group.

@@ -276,6 +276,25 @@ std::vector<Value> all_to_all(Context& c, const Args& a) {
   return outs;
 }
 
+// _tpu_dist_exchange(tensors, sources): point-to-point messages between the
+// two ranks of a pair group, tensors[i] from rank sources[i] to the other.
+// Both ranks run the same program: each passes what it sends, or the buffer
+// it receives into, and keeps its own value where it is not the receiver.
+std::vector<Value> exchange(Context& c, const Args& a) {
+  Builder& b = c.b;
+  const std::vector<Value> xs = a.tensors(0);
+  const IntList sources = a.ints(1);
+  std::vector<Value> out;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const int64_t from = sources.at(i), to = 1 - from;
+    Value moved = b.collective_permute(xs[i], {{from, to}});
+    Value receiver =
+        b.compare(b.replica_id(), b.constant_int(to, ElementType::U32), hlo::Comparison::EQ);
+    out.push_back(b.select(b.broadcast_in_dim(receiver, xs[i].dims(), {}), moved, xs[i]));
+  }
+  return out;
+}
+
 }  // namespace
 
 TPU_LOWERING(all_reduce, "_tpu_dist_all_reduce");
@@ -284,5 +303,6 @@ TPU_LOWERING(broadcast, "_tpu_dist_broadcast");
 TPU_LOWERING(all_gather, "_tpu_dist_all_gather");
 TPU_LOWERING(reduce_scatter, "_tpu_dist_reduce_scatter");
 TPU_LOWERING(all_to_all, "_tpu_dist_all_to_all");
+TPU_LOWERING(exchange, "_tpu_dist_exchange");
 
 }  // namespace torch_tpu::lower
