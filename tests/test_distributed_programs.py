@@ -1,9 +1,9 @@
 """tpu_dist collectives inside device programs, in a world of ranks as threads of one
 process, each on its own device of a client of that many devices (thread_world.py): every
 collective and point-to-point message against the values the CPU computes, in strict and
-defer_and_fuse eager and in
-torch.compile graphs; DDP and FSDP2 training against one device; a rank that issues
-another collective, or none, ends in an error in every rank, never a hang."""
+defer_and_fuse eager and in torch.compile graphs; DDP and FSDP2 training against one
+device; a rank that issues another collective, or none, ends in an error in every rank,
+never a hang."""
 
 from __future__ import annotations
 
