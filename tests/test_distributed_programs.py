@@ -32,6 +32,11 @@ def test_a_compiled_sharded_training_step_is_one_program_per_rank():
     assert set(result["programs_per_rank"].values()) == {1}, result["programs_per_rank"]
 
 
+def test_a_compiled_ddp_step_is_one_program_per_rank_with_its_all_reduces():
+    result = check_world(run_world("compiled_fsdp", 4, timeout=600, args={"form": "ddp"}))
+    assert set(result["programs_per_rank"].values()) == {1}, result["programs_per_rank"]
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_groups_of_other_sizes(world):
     args = {"world": world, "modes": ["strict"]}

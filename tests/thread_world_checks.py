@@ -740,12 +740,17 @@ def simple_fsdp(model: torch.nn.Module, mesh) -> torch.nn.Module:
     return shard_parameters(model, mesh)
 
 
-def compiled_fsdp(world: int = 4) -> dict:
-    """A compiled training step of a sharded small transformer: forward (all-gathers),
-    backward (reduce-scatters) and optimizer are one program per rank per step, and train
-    as one device does."""
+def compiled_fsdp(world: int = 4, form: str = "simple_fsdp") -> dict:
+    """A compiled training step of a small transformer, sharded (``simple_fsdp``: all-
+    gathers in the forward, reduce-scatters in the backward) or replicated (``ddp``:
+    DistributedDataParallel under compiled autograd with Dynamo's Python reducer, its
+    all-reduces traced into the backward): forward, backward, collectives and optimizer
+    are one program per rank per step, and train as one device does. (FSDP2's
+    ``fully_shard`` cannot be: PyTorch marks its hooks ``torch._dynamo.disable``, so they
+    run eagerly between graphs.)"""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
+    from torch.nn.parallel import DistributedDataParallel as DDP
 
     c = Checks()
     inputs, targets = batches()
@@ -754,12 +759,18 @@ def compiled_fsdp(world: int = 4) -> dict:
     reference_losses = train(one, inputs, targets, "tpu:0")
     expected = {n: p.detach().cpu() for n, p in one.named_parameters()}
     programs: dict = {}
+    collectives: dict = {}
     meet = threading.Barrier(world)
 
     def rank_checks(rank: int) -> None:
         device = f"tpu:{rank}"
-        mesh = init_device_mesh("tpu", (world,))
-        model = simple_fsdp(new_model(device), mesh)
+        if form == "ddp":
+            # Dynamo's configuration is the thread's.
+            torch._dynamo.config.compiled_autograd = True
+            torch._dynamo.config.optimize_ddp = "python_reducer"
+            model = DDP(new_model(device))
+        else:
+            model = simple_fsdp(new_model(device), init_device_mesh("tpu", (world,)))
         run = compiled_in_turn(sgd_step(model))
         xs = inputs[:, rank * per_rank : (rank + 1) * per_rank]
         ys = targets[:, rank * per_rank : (rank + 1) * per_rank]
@@ -768,23 +779,29 @@ def compiled_fsdp(world: int = 4) -> dict:
             torch.tpu.synchronize()
             meet.wait()  # on the host: a collective here would be counted too
             if rank == 0:
-                programs[i] = torch_tpu.metrics()["executions"]
+                before = torch_tpu.metrics()
             meet.wait()
             loss_value = float(run(x, y).detach())
             meet.wait()
             if rank == 0:
-                programs[i] = (torch_tpu.metrics()["executions"] - programs[i]) / world
+                after = torch_tpu.metrics()
+                programs[i] = (after["executions"] - before["executions"]) / world
+                collectives[i] = (
+                    after["program_collectives"] - before["program_collectives"]
+                ) / world
+                c.true(f"{form}.nothing_staged[step {i}]",
+                       after["staged_collectives"] == before["staged_collectives"])  # fmt: skip
             meet.wait()
             mean = torch.tensor([loss_value], device=device)
             dist.all_reduce(mean, op=dist.ReduceOp.AVG)
-            c.close(f"compiled_fsdp.loss{i}[rank {rank}]", mean.cpu()[0],
+            c.close(f"{form}.loss{i}[rank {rank}]", mean.cpu()[0],
                     torch.tensor(reference_losses[i]), rtol=1e-4)  # fmt: skip
-        sharded = {n.replace("parametrizations.", "").replace(".original", ""): p
-                   for n, p in model.named_parameters()}  # fmt: skip
+        trained = {n.replace("parametrizations.", "").replace(".original", "")
+                   .removeprefix("module."): p for n, p in model.named_parameters()}  # fmt: skip
         for name, e in expected.items():
-            p = sharded[name]
+            p = trained[name]
             p = p.full_tensor() if isinstance(p, DTensor) else p
-            c.close(f"compiled_fsdp.{name}[rank {rank}]", p.detach().cpu(), e, rtol=1e-4)
+            c.close(f"{form}.{name}[rank {rank}]", p.detach().cpu(), e, rtol=1e-4)
 
     from torch._dynamo.utils import counters
 
@@ -793,14 +810,16 @@ def compiled_fsdp(world: int = 4) -> dict:
     breaks = dict(counters["graph_break"])
     # After the first step (which captures the graphs): one program per rank and step.
     for i in range(1, STEPS):
-        c.true(f"compiled_fsdp.one_program[step {i}]", programs[i] == 1, f"{programs[i]}")
+        c.true(f"{form}.one_program[step {i}]", programs[i] == 1, f"{programs[i]}")
+        c.true(f"{form}.collectives_in_it[step {i}]", collectives[i] >= 1, f"{collectives[i]}")
     # Dynamo breaks a training step at backward() and around the optimizer's step (its
     # own graph_break() calls, zero_grad): never at a collective.
     structural = ("Tensor.backward()", "torch._dynamo.graph_break()", "Optimizer.zero_grad")
     others = [r.splitlines()[0] for r in breaks if not any(s in r for s in structural)]
-    c.true("compiled_fsdp.no_break_at_collectives", not others, "; ".join(others))
+    c.true(f"{form}.no_break_at_collectives", not others, "; ".join(others))
     return c.result(
         reference_losses=reference_losses,
         programs_per_rank=programs,
+        collectives_per_rank=collectives,
         graph_breaks={r.splitlines()[0]: n for r, n in breaks.items()},
     )
