@@ -248,6 +248,17 @@ def check_data_movement(c: Checks, rank: int, world: int, mode: str) -> None:
             dist.all_gather_into_tensor(out, flat[rank].to("tpu"))
             c.close(name_of("all_gather_into_tensor", dtype, shape, mode), out, torch.cat(flat))
 
+            root = (salt + len(shape)) % world
+            outs = [torch.empty(shape, dtype=dtype, device="tpu") for _ in range(world)]
+            dist.gather(xs[rank].to("tpu"), outs if rank == root else None, dst=root)
+            for i in range(world if rank == root else 0):
+                c.close(name_of(f"gather[{i}]", dtype, shape, mode), outs[i], xs[i])
+
+            parts = [make(dtype, shape, root, 800 + salt + j) for j in range(world)]
+            out = torch.empty(shape, dtype=dtype, device="tpu")
+            dist.scatter(out, [p.to("tpu") for p in parts] if rank == root else None, src=root)
+            c.close(name_of("scatter", dtype, shape, mode), out, parts[rank])
+
             ins = [[make(dtype, shape, r, 500 + salt + j) for j in range(world)]
                    for r in range(world)]  # fmt: skip
             outs = [torch.empty(shape, dtype=dtype, device="tpu") for _ in range(world)]
@@ -307,6 +318,32 @@ def check_groups(c: Checks, rank: int, world: int, mode: str) -> None:
         dist.broadcast(t, src=members[-1], group=evens)
         c.close(name_of("evens.broadcast", torch.float32, (5,), mode), t, xs[members[-1]])
     dist.barrier()
+
+
+def check_layouts(c: Checks, rank: int, world: int, mode: str) -> None:
+    """Ranks holding their tensors in other layouts (a strided column, a slice inside a
+    larger storage, an op's result, a contiguous tensor) still run one program."""
+    xs = [make(torch.float32, (5,), r, 3600) for r in range(world)]
+    if rank % 3 == 0:
+        holder = torch.zeros(5, 3, device="tpu")
+        holder[:, 1] = xs[rank].to("tpu")
+        t = holder[:, 1]
+    elif rank % 3 == 1:
+        holder = torch.zeros(9, device="tpu")
+        holder[2:7] = xs[rank].to("tpu")
+        t = holder[2:7]
+    else:
+        t = torch.cat([xs[rank][:2], xs[rank][2:]]).to("tpu")
+    dist.all_reduce(t)
+    c.close(name_of("layouts.all_reduce", torch.float32, (5,), mode), t, reference("sum", xs))
+    if rank % 3 != 2:
+        c.close(name_of("layouts.holder_kept", torch.float32, (5,), mode),
+                holder.sum() - t.sum(), torch.tensor(0.0))  # fmt: skip
+    out = torch.empty(2 * world * 5, device="tpu")[world * 5 :] if rank % 2 else None
+    out = torch.empty(world * 5, device="tpu") if out is None else out
+    dist.all_gather_into_tensor(out, t)
+    c.close(name_of("layouts.all_gather", torch.float32, (5,), mode), out,
+            reference("sum", xs).repeat(world))  # fmt: skip
 
 
 def check_point_to_point(c: Checks, rank: int, world: int, mode: str) -> None:
@@ -384,6 +421,7 @@ def collectives(world: int = 4, modes=("strict", "defer_and_fuse")) -> dict:
         c.guarded(f"{mode}:reductions[rank {rank}]", check_reductions, c, rank, world, mode)
         c.guarded(f"{mode}:data movement[rank {rank}]", check_data_movement, c, rank, world, mode)
         c.guarded(f"{mode}:groups[rank {rank}]", check_groups, c, rank, world, mode)
+        c.guarded(f"{mode}:layouts[rank {rank}]", check_layouts, c, rank, world, mode)
         c.guarded(f"{mode}:p2p[rank {rank}]", check_point_to_point, c, rank, world, mode)
         return before
 

@@ -540,6 +540,21 @@ WorkPtr ProcessGroupTPU::allgather_into_tensor_coalesced(std::vector<at::Tensor>
 WorkPtr ProcessGroupTPU::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                 std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
   const std::string op = "gather";
+  check_root(op, opts.rootRank, size_);
+  const bool root = rank_ == opts.rootRank;
+  if (inputs.size() == 1 && in_program(op, concat(flatten(outputs), inputs))) {
+    // An all-gather (the same program on every rank) whose result the root keeps.
+    if (root) check_gather_lists(op, outputs, inputs, size_);
+    const at::Tensor& input = inputs[0];
+    const int64_t m = input.numel();
+    at::Tensor all = at::empty({size_ * m}, input.options());
+    program_->all_gather(op, {all}, {input}, /*per_rank=*/false);
+    if (!root) return program_work(c10d::OpType::GATHER, {});
+    for (int r = 0; r < size_; ++r) {
+      outputs[0][r].copy_(all.narrow(0, r * m, m).view(outputs[0][r].sizes()));
+    }
+    return program_work(c10d::OpType::GATHER, outputs[0]);
+  }
   prepare(op, concat(flatten(outputs), inputs));
   Staging staging;
   auto host_in = stage_inputs(staging, inputs);
@@ -552,6 +567,27 @@ WorkPtr ProcessGroupTPU::scatter(std::vector<at::Tensor>& outputs,
                                  std::vector<std::vector<at::Tensor>>& inputs,
                                  const c10d::ScatterOptions& opts) {
   const std::string op = "scatter";
+  check_root(op, opts.rootRank, size_);
+  const bool root = rank_ == opts.rootRank;
+  if (outputs.size() == 1 && in_program(op, concat(outputs, flatten(inputs)))) {
+    // An all-to-all (the same program on every rank) in which only the root's
+    // blocks are kept: block r of its input is rank r's.
+    if (root) check_gather_lists(op, inputs, outputs, size_);
+    const at::Tensor& output = outputs[0];
+    const int64_t m = output.numel();
+    at::Tensor blocks;
+    if (root) {
+      std::vector<at::Tensor> flat;
+      for (const at::Tensor& t : inputs[0]) flat.push_back(t.reshape({-1}));
+      blocks = at::cat(flat);
+    } else {
+      blocks = at::empty({size_ * m}, output.options());
+    }
+    at::Tensor arrived = at::empty({size_ * m}, output.options());
+    program_->all_to_all(op, {arrived}, {blocks}, {}, {});
+    output.copy_(arrived.narrow(0, opts.rootRank * m, m).view(output.sizes()));
+    return program_work(c10d::OpType::SCATTER, outputs);
+  }
   prepare(op, concat(outputs, flatten(inputs)));
   Staging staging;
   std::vector<std::vector<at::Tensor>> host_in;  // empty except on the root

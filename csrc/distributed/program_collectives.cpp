@@ -13,7 +13,6 @@
 #include "engine/deferred.h"
 #include "engine/executor.h"
 #include "engine/program.h"
-#include "engine/storage_ops.h"
 #include "lower/lowering.h"
 
 namespace torch_tpu::distributed {
@@ -22,17 +21,7 @@ namespace {
 
 using c10d::ReduceOp;
 
-// Every rank's program reads an operand as a parameter: a storage never
-// written (read as zeros folded into the program) gets a buffer of zeros, or
-// the programs of a rank receiving into a new tensor and of one sending would differ.
 engine::Input on_device(const at::Tensor& t) {
-  engine::StorageSlot& slot = *aten::slot_of(t);
-  const size_t size = t.element_size();
-  if (!slot.buffer && !slot.pending && slot.nbytes > 0 && slot.nbytes % size == 0) {
-    auto zeros = std::make_shared<std::vector<unsigned char>>(slot.nbytes);
-    engine::upload_storage(slot, zeros->data(), aten::element_type(t.scalar_type()),
-                           static_cast<int64_t>(slot.nbytes / size), [zeros] {});
-  }
   engine::Input in;
   in.view = aten::view_of(t);
   in.dtype = aten::element_type(t.scalar_type());
@@ -292,17 +281,6 @@ class MessageWork : public c10d::Work {
   std::vector<at::Tensor> tensors_;
 };
 
-// Whether a pair's program can read and write `t` as it is: its whole
-// storage, densely, in a buffer of its dtype (a complex storage seen as real
-// pairs, or one never written, would make the two ranks' programs differ).
-bool exchanged_in_place(const at::Tensor& t) {
-  engine::StorageSlot& slot = *aten::slot_of(t);
-  engine::materialize(slot, engine::FlushReason::Collective);
-  return t.is_contiguous() && t.storage_offset() == 0 &&
-         t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.element_size() && slot.buffer &&
-         slot.element_type() == aten::element_type(t.scalar_type());
-}
-
 }  // namespace
 
 c10::intrusive_ptr<c10d::Work> ProgramCollectives::send(const std::string& op,
@@ -365,21 +343,14 @@ void ProgramCollectives::exchange(int peer, const std::vector<Message>& messages
   const int rank = member_.rank;
   const bool low = rank < peer;
   // The pair's program: messages from the lower rank, then from the higher,
-  // each in issue order; each rank gives what it sends or receives into, as
-  // a dense tensor of its own.
-  std::vector<at::Tensor> tensors, receivers;
+  // each in issue order; each rank gives what it sends or receives into (a
+  // sender's tensor is written back its own values).
+  std::vector<at::Tensor> tensors;
   lower::IntList sources;
-  std::vector<const void*> storages;
   for (const bool from_low : {true, false}) {
     for (const Message& m : messages) {
       if ((m.outgoing == low) != from_low) continue;
-      const void* storage = m.tensor.storage().unsafeGetStorageImpl();
-      const bool seen = std::find(storages.begin(), storages.end(), storage) != storages.end();
-      storages.push_back(storage);
-      tensors.push_back(exchanged_in_place(m.tensor) && !seen
-                            ? m.tensor
-                            : m.tensor.clone(at::MemoryFormat::Contiguous));
-      receivers.push_back(m.outgoing ? at::Tensor() : m.tensor);
+      tensors.push_back(m.tensor);
       sources.push_back(from_low ? 0 : 1);
     }
   }
@@ -387,9 +358,6 @@ void ProgramCollectives::exchange(int peer, const std::vector<Message>& messages
   engine::GroupRank pair{member_.group->pair(low_rank, high_rank), low ? 0 : 1};
   run_as(pair, "send/recv", "_tpu_dist_exchange", device_,
          {tensors_arg(tensors), static_arg(sources)}, tensors);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (receivers[i].defined() && !receivers[i].is_same(tensors[i])) receivers[i].copy_(tensors[i]);
-  }
 }
 
 // ---------------------------------------------------------------- joining

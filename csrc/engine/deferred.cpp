@@ -405,16 +405,9 @@ void record_op(OpCall&& call) {
 
 }  // namespace
 
-void record(OpCall&& call) {
-  // An eager collective is a program of its own: every rank then runs the
-  // same programs, however its other work was fused (a capture keeps its
-  // collectives: a compiled graph is the same on every rank).
-  const int device = call.device;
-  const bool alone = call.group && !graph_of(device).capturing;
-  if (alone) flush(device, FlushReason::Collective);
-  record_op(std::move(call));
-  if (alone) flush(device, FlushReason::Collective);
-}
+// Eager collectives run alone (executor.cpp: run_collective); a capture
+// keeps its collectives (a compiled graph is the same on every rank).
+void record(OpCall&& call) { record_op(std::move(call)); }
 
 void flush(int device, FlushReason reason) {
   if (!Backend::started()) return;

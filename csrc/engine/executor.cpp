@@ -1,10 +1,12 @@
 #include "engine/executor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/backend.h"
 #include "engine/captured_graph.h"
@@ -135,15 +137,25 @@ bool filled_with_constant(const OpCall& call) {
   return true;
 }
 
+// Dense storages of their own for views of a call, alive as long as this.
+class DenseTemporaries {
+ public:
+  explicit DenseTemporaries(int device) : device_(device) {}
+  TensorView operator()(const TensorView& v) {
+    auto nbytes = static_cast<size_t>(v.numel() * element_size(v.dtype));
+    slots_.push_back(std::make_unique<StorageSlot>(StorageSlot{device_, nbytes, nullptr}));
+    return TensorView{slots_.back().get(), v.dtype, v.sizes, contiguous_strides(v.sizes), 0};
+  }
+
+ private:
+  int device_;
+  std::vector<std::unique_ptr<StorageSlot>> slots_;
+};
+
 // The call on dense copies of its views, its results copied into its targets.
 void run_on_dense_copies(const OpCall& call) {
   OpCall dense = call;
-  std::vector<std::unique_ptr<StorageSlot>> temporaries;
-  auto temporary = [&](const TensorView& v) {
-    auto nbytes = static_cast<size_t>(v.numel() * element_size(v.dtype));
-    temporaries.push_back(std::make_unique<StorageSlot>(StorageSlot{call.device, nbytes, nullptr}));
-    return TensorView{temporaries.back().get(), v.dtype, v.sizes, contiguous_strides(v.sizes), 0};
-  };
+  DenseTemporaries temporary(call.device);
   for (CallArg& arg : dense.args) {
     for (auto& in : arg.inputs) {
       if (!in || !in->on_device || !in_storage(in->view)) continue;
@@ -193,6 +205,67 @@ void run_now(const OpCall& call) {
   backend.track(call.device, std::move(launch.done), program.name, program.executable);
 }
 
+// A view whose storage's buffer holds another element type (a complex tensor
+// seen as real pairs) is read through a bitcast of it.
+bool retyped(const TensorView& v) {
+  return v.slot && v.slot->buffer && v.slot->element_type() != v.dtype;
+}
+
+bool same_view(const TensorView& a, const TensorView& b) {
+  return a.slot == b.slot && a.dtype == b.dtype && a.sizes == b.sizes && a.strides == b.strides &&
+         a.offset == b.offset;
+}
+
+// An eager collective is a program of its own, the same on every rank: the
+// pending graph is cut before it (every rank then runs the same programs,
+// however its other work fused), and it reads and writes whole storages in
+// buffers of their dtype, each read once: copies otherwise, since a rank's
+// layouts, storage sizes (an op's result may be a view of a larger storage)
+// and buffer history would shape its program. A storage never written,
+// otherwise zeros folded into the program, gets a buffer of zeros.
+void run_collective(const OpCall& call) {
+  flush(call.device, FlushReason::Collective);
+  Backend& backend = Backend::get();
+  OpCall dense = call;
+  DenseTemporaries temporary(call.device);
+  std::vector<const StorageSlot*> read;
+  std::vector<std::pair<TensorView, TensorView>> copied;  // view, its copy
+  for (CallArg& arg : dense.args) {
+    for (auto& in : arg.inputs) {
+      if (!in || !in->on_device || !in->view.slot || in->view.numel() == 0) continue;
+      const TensorView v = in->view;
+      const bool repeated = std::find(read.begin(), read.end(), v.slot) != read.end();
+      read.push_back(v.slot);
+      if (in_storage(v) || retyped(v) || repeated) {
+        in->view = temporary(v);
+        run_now(copy_call(v, in->view, *call.name));
+        copied.emplace_back(v, in->view);
+      } else if (!v.slot->buffer) {
+        auto zeros = std::make_shared<std::vector<unsigned char>>(v.slot->nbytes);
+        v.slot->buffer =
+            backend.upload(zeros->data(), v.dtype, {v.numel()}, call.device, [zeros] {});
+      }
+    }
+  }
+  // A result written over an operand that was copied goes to the copy (in
+  // place, as where the operand needed no copy).
+  for (TensorView& t : dense.targets) {
+    auto same = std::find_if(copied.begin(), copied.end(),
+                             [&](const auto& c) { return same_view(c.first, t); });
+    if (same != copied.end()) {
+      t = same->second;
+    } else if (in_storage(t)) {
+      t = temporary(t);
+    }
+  }
+  run_now(dense);
+  for (size_t j = 0; j < call.targets.size(); ++j) {
+    if (dense.targets[j].slot != call.targets[j].slot) {
+      run_now(copy_call(dense.targets[j], call.targets[j], *call.name));
+    }
+  }
+}
+
 }  // namespace
 
 void set_precision(hlo::Precision p) { g_precision = static_cast<int>(p); }
@@ -220,6 +293,10 @@ void execute(OpCall&& call) {
   }
   for (const TensorView& t : call.targets) check_device(t);
 
+  if (call.group && !capturing(call.device)) {
+    run_collective(call);
+    return;
+  }
   if (eager_mode() == EagerMode::DeferAndFuse || capturing(call.device)) {
     record(std::move(call));
     return;

@@ -166,6 +166,10 @@ void download_view(const TensorView& view, void* dst) {
 }
 
 void copy_view(const TensorView& src, const TensorView& dst, const std::string& op) {
+  execute(copy_call(src, dst, op));
+}
+
+OpCall copy_call(const TensorView& src, const TensorView& dst, const std::string& op) {
   OpCall call;
   call.name = interned(op);
   call.rule = lower::find_rule("_tpu_copy");
@@ -178,7 +182,7 @@ void copy_view(const TensorView& src, const TensorView& dst, const std::string& 
   arg.inputs.push_back(in);
   call.args.push_back(arg);
   call.targets.push_back(dst);
-  execute(std::move(call));
+  return call;
 }
 
 void copy_storage_across_devices(StorageSlot& dst, const StorageSlot& src) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 
+#include "engine/op_call.h"
 #include "engine/storage.h"
 
 namespace torch_tpu::engine {
@@ -23,6 +24,8 @@ void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64
 // Writes `src` into `dst` on the same device, converting the dtype and
 // broadcasting like Tensor.copy_; failures are reported under `op`.
 void copy_view(const TensorView& src, const TensorView& dst, const std::string& op);
+// That copy as an op call (for callers that run it themselves).
+OpCall copy_call(const TensorView& src, const TensorView& dst, const std::string& op);
 
 // Copies the view, densely in row-major order, into `dst` (blocking).
 void download_view(const TensorView& view, void* dst);
