@@ -291,6 +291,20 @@ def check_data_movement(c: Checks, rank: int, world: int, mode: str) -> None:
             c.close(name_of(f"all_to_all_single.uneven{variant}", dtype, (rows, 3), mode), out,
                     expected)  # fmt: skip
 
+        # Row counts that differ between ranks (a mixture of experts' dispatch): the ranks
+        # agree on padded shapes.
+        for variant in range(2):
+            splits = [[(r + j + variant) % 3 + 1 for j in range(world)] for r in range(world)]
+            received = [[splits[r][j] for r in range(world)] for j in range(world)]
+            xs = [make(dtype, (sum(splits[r]), 3), r, 650 + salt) for r in range(world)]
+            offsets = [[sum(splits[r][:j]) for j in range(world)] for r in range(world)]
+            expected = torch.cat([xs[r][offsets[r][rank] : offsets[r][rank] + splits[r][rank]]
+                                  for r in range(world)])  # fmt: skip
+            out = torch.empty(sum(received[rank]), 3, dtype=dtype, device="tpu")
+            dist.all_to_all_single(out, xs[rank].to("tpu"), received[rank], splits[rank])
+            c.close(name_of(f"all_to_all_single.ranks_differ{variant}", dtype, (0, 3), mode),
+                    out, expected)  # fmt: skip
+
 
 def check_groups(c: Checks, rank: int, world: int, mode: str) -> None:
     """Sub-groups: pairs, and every other rank; only members call their group."""

@@ -162,6 +162,17 @@ std::vector<int64_t> splits_or_even(const at::Tensor& t, const std::vector<int64
   return std::vector<int64_t>(size, rows / size);
 }
 
+int64_t rows_of(const at::Tensor& t) { return t.dim() > 0 ? t.size(0) : 1; }
+
+// `t` with zero rows appended up to `rows` (itself when it has as many).
+at::Tensor padded_rows(const at::Tensor& t, int64_t rows) {
+  if (rows_of(t) == rows) return t;
+  at::Tensor shaped = t.dim() > 0 ? t : t.reshape({1});
+  std::vector<int64_t> sizes = shaped.sizes().vec();
+  sizes[0] = rows - sizes[0];
+  return at::cat({shaped, at::zeros(sizes, shaped.options())});
+}
+
 // Tensors of one dtype and element count (all_to_all's lists in one program).
 bool uniform(const std::vector<at::Tensor>& tensors) {
   for (const at::Tensor& t : tensors) {
@@ -337,6 +348,47 @@ void ProcessGroupTPU::prepare(const std::string& op, const std::vector<at::Tenso
   for (const auto& t : tensors) {
     if (aten::is_tpu(t)) engine::materialize(*aten::slot_of(t), engine::FlushReason::HostRead);
   }
+}
+
+std::pair<int64_t, int64_t> ProcessGroupTPU::agreed_rows(int64_t in_rows, int64_t out_rows) {
+  const uint64_t round = rows_round_++;
+  auto key = [&](int r, uint64_t n) {
+    return "tpu_dist/rows/" + std::to_string(n) + "/" + std::to_string(r);
+  };
+  const std::string mine = std::to_string(in_rows) + " " + std::to_string(out_rows);
+  store_->set(key(rank_, round), std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(key(r, round));
+  bool arrived = true;
+  engine::wait_for_other_threads([&] {
+    try {
+      store_->wait(keys, timeout_);
+    } catch (const c10::DistStoreError&) {
+      arrived = false;
+    }
+  });
+  if (!arrived) {
+    C10_THROW_ERROR(DistBackendError, "tpu_dist all_to_all_single timed out after " +
+                                          std::to_string(timeout_.count()) +
+                                          " ms: not every rank of the group issued it");
+  }
+  int64_t most_in = 1, most_out = 1;
+  for (const std::string& k : keys) {
+    const std::vector<uint8_t> value = store_->get(k);
+    const std::string text(value.begin(), value.end());
+    const size_t space = text.find(' ');
+    most_in = std::max<int64_t>(most_in, std::stoll(text.substr(0, space)));
+    most_out = std::max<int64_t>(most_out, std::stoll(text.substr(space + 1)));
+  }
+  // Two rounds back every rank has read this rank's key.
+  if (round >= 2) store_->deleteKey(key(rank_, round - 2));
+  // Powers of two: a program per size class, not per size, as the counts vary.
+  auto rounded = [](int64_t n) {
+    int64_t p = 1;
+    while (p < n) p <<= 1;
+    return p;
+  };
+  return {rounded(most_in), rounded(most_out)};
 }
 
 void ProcessGroupTPU::order_after_in_flight(const std::vector<at::Tensor>& tensors) {
@@ -680,10 +732,20 @@ WorkPtr ProcessGroupTPU::alltoall_base(at::Tensor& output, at::Tensor& input,
     TORCH_CHECK_VALUE(!even || input.numel() == output.numel(), "tpu_dist ", op, ": the input has ",
                       input.numel(), " elements and the output ", output.numel(),
                       "; even splits need as many");
-    program_->all_to_all(
-        op, {output}, {input},
-        even ? std::vector<int64_t>{} : splits_or_even(output, output_split_sizes, size_),
-        even ? std::vector<int64_t>{} : splits_or_even(input, input_split_sizes, size_));
+    if (even) {
+      program_->all_to_all(op, {output}, {input}, {}, {});
+      return program_work(c10d::OpType::ALLTOALL_BASE, {output});
+    }
+    // Ranks' row counts differ where their splits do, and one program needs
+    // one shape: each pads to the rows the ranks agree on (rows past the
+    // splits are never read).
+    const auto [in_rows, out_rows] = agreed_rows(rows_of(input), rows_of(output));
+    at::Tensor padded_in = padded_rows(input, in_rows);
+    at::Tensor padded_out = out_rows == rows_of(output) ? output : padded_rows(output, out_rows);
+    program_->all_to_all(op, {padded_out}, {padded_in},
+                         splits_or_even(output, output_split_sizes, size_),
+                         splits_or_even(input, input_split_sizes, size_));
+    if (!padded_out.is_same(output)) output.copy_(padded_out.narrow(0, 0, rows_of(output)));
     return program_work(c10d::OpType::ALLTOALL_BASE, {output});
   }
   prepare(op, {output, input});

@@ -105,6 +105,9 @@ class ProcessGroupTPU : public c10d::Backend {
   // of the whole group found the in-program path).
   bool found_in_program(const std::string& op, const std::vector<at::Tensor>& tensors);
   void order_after_in_flight(const std::vector<at::Tensor>& tensors);
+  // The input and output row counts every rank's all_to_all_single pads to:
+  // the largest of any rank, agreed through the group's store.
+  std::pair<int64_t, int64_t> agreed_rows(int64_t in_rows, int64_t out_rows);
   c10::intrusive_ptr<c10d::Work> program_work(c10d::OpType type, std::vector<at::Tensor> outputs,
                                               bool blocking = false);
   // Starts the host collective and returns the Work that finishes it.
@@ -121,6 +124,7 @@ class ProcessGroupTPU : public c10d::Backend {
   std::once_flag joined_;
   std::shared_ptr<ProgramCollectives> program_;  // null: every collective is staged
   std::chrono::milliseconds timeout_;
+  uint64_t rows_round_ = 0;
   // Works whose results are not yet in their tensors, with those tensors'
   // storages. Collectives may be issued from several threads (DDP issues
   // from autograd's).
