@@ -223,13 +223,11 @@ std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, b
         .count();
   };
   if (std::optional<std::string> bytes = disk_cache_->load(mlir, options)) {
-    try {
-      auto executable = client_->deserialize(*bytes);
+    // Null for a stale or corrupt entry: compiled again below, which replaces it.
+    if (auto executable = client_->try_deserialize(*bytes)) {
       metrics().persistent_cache_hits++;
       metrics().compile_nanos += elapsed();
       return executable;
-    } catch (const runtime::Error&) {
-      // A stale or corrupt entry: compile again and replace it.
     }
   }
   auto executable = client_->compile(mlir, options);

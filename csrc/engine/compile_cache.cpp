@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -98,7 +99,9 @@ void CompileCache::store(const std::string& program, const std::string& options,
                          const std::string& executable) const {
   if (!enabled() || executable.empty()) return;
   std::string target = path(program, options);
-  std::string temporary = target + ".tmp" + std::to_string(getpid());
+  // Of this process and thread: ranks as threads store at once.
+  static std::atomic<uint64_t> next{0};
+  std::string temporary = target + ".tmp" + std::to_string(getpid()) + "." + std::to_string(next++);
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     out << header(program, options) << executable;

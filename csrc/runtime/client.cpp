@@ -534,12 +534,12 @@ std::shared_ptr<Executable> Client::compile(const std::string& mlir,
   return std::make_shared<Executable>(this, args.executable);
 }
 
-std::shared_ptr<Executable> Client::deserialize(const std::string& bytes) {
+std::shared_ptr<Executable> Client::try_deserialize(const std::string& bytes) {
   auto args = TPU_ARGS(PJRT_Executable_DeserializeAndLoad_Args, load_options);
   args.client = client_;
   args.serialized_executable = bytes.data();
   args.serialized_executable_size = bytes.size();
-  plugin_->call(Fn::ExecutableDeserializeAndLoad, &args, "PJRT_Executable_DeserializeAndLoad");
+  if (!plugin_->try_call(Fn::ExecutableDeserializeAndLoad, &args).empty()) return nullptr;
   return std::make_shared<Executable>(this, args.loaded_executable);
 }
 

@@ -209,7 +209,10 @@ class Client {
 
   // Compiles MLIR text (StableHLO with `func.func public @main`).
   std::shared_ptr<Executable> compile(const std::string& mlir, const std::string& compile_options);
-  std::shared_ptr<Executable> deserialize(const std::string& bytes);
+  // An executable serialized earlier, or null where the plugin cannot load
+  // it (a stale or corrupt cache entry, or XLA's CPU JIT failing to link it:
+  // "Failed to materialize symbols"), which the caller compiles instead.
+  std::shared_ptr<Executable> try_deserialize(const std::string& bytes);
 
  private:
   BufferPtr from_host(const void* data, ElementType type, const std::vector<int64_t>& dims,

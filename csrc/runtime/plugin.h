@@ -92,6 +92,14 @@ class Plugin {
     check(reinterpret_cast<Function>(slot(fn))(args), what);
   }
 
+  // As call, but returns the error's message ("" on success) instead of
+  // raising: for failures the caller expects and handles at once.
+  template <class Args>
+  std::string try_call(Fn fn, Args* args) const {
+    using Function = PJRT_Error* (*)(Args*);
+    return consume(reinterpret_cast<Function>(slot(fn))(args));
+  }
+
   // Turns a PJRT_Error into an Error (and destroys it); no-op for nullptr.
   void check(PJRT_Error* error, const char* what) const;
   // Returns the message of `error` and destroys it ("" for nullptr).
