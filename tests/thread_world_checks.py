@@ -534,6 +534,28 @@ def compiled(world: int = 4) -> dict:
     ranks(1, explained)
     counts: list = []
     ranks(world, replays)
+
+    def held_messages(rank: int) -> None:
+        # Messages still held when a compiled region runs its collectives stay held (a
+        # capture would send them again at every replay) and arrive at wait().
+        def fresh(x, group):
+            return funcol.all_reduce(x * 3, "sum", group)
+
+        fn = compiled_in_turn(fresh)
+        for call in range(2):  # the capture, then a replay
+            x = make(torch.float32, (world, 3), rank, 2002 + call).to("tpu")
+            got = torch.empty(world, 3, device="tpu")
+            works = [dist.isend(x, (rank + 1) % world), dist.irecv(got, (rank - 1) % world)]
+            out = fn(x, dist.group.WORLD)
+            for w in works:
+                w.wait()
+            xs = [make(torch.float32, (world, 3), r, 2002 + call) for r in range(world)]
+            c.close(f"compiled.held_messages.out{call}[rank {rank}]", out,
+                    reference("sum", [v * 3 for v in xs]))  # fmt: skip
+            c.close(f"compiled.held_messages.got{call}[rank {rank}]", got,
+                    xs[(rank - 1) % world])  # fmt: skip
+
+    ranks(world, held_messages)
     # Each call of each rank: one program holding the five collectives.
     programs = counts[1]["executions"] - counts[0]["executions"]
     collectives = counts[1]["program_collectives"] - counts[0]["program_collectives"]

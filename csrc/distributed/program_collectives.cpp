@@ -10,6 +10,7 @@
 #include "aten/tensor_bridge.h"
 #include "distributed/job.h"
 #include "engine/backend.h"
+#include "engine/captured_graph.h"
 #include "engine/deferred.h"
 #include "engine/executor.h"
 #include "engine/program.h"
@@ -177,7 +178,9 @@ void run_as(const engine::GroupRank& member, const std::string& op, const char* 
 void ProgramCollectives::run(const std::string& op, const char* rule,
                              std::vector<engine::CallArg> args,
                              const std::vector<at::Tensor>& targets) {
-  launch_messages();
+  // Not into a capture: the compiled graph would send them again at every
+  // replay. They stay held past its collectives, as past a replay's.
+  if (!engine::capturing(device_)) launch_messages();
   run_as(member_, op, rule, device_, std::move(args), targets);
 }
 
