@@ -741,7 +741,13 @@ WorkPtr ProcessGroupTPU::alltoall_base(at::Tensor& output, at::Tensor& input,
     // splits are never read).
     const auto [in_rows, out_rows] = agreed_rows(rows_of(input), rows_of(output));
     at::Tensor padded_in = padded_rows(input, in_rows);
-    at::Tensor padded_out = out_rows == rows_of(output) ? output : padded_rows(output, out_rows);
+    at::Tensor padded_out = output;
+    if (out_rows != rows_of(output)) {  // written whole: its former values are not needed
+      std::vector<int64_t> sizes =
+          output.dim() > 0 ? output.sizes().vec() : std::vector<int64_t>{1};
+      sizes[0] = out_rows;
+      padded_out = at::empty(sizes, output.options());
+    }
     program_->all_to_all(op, {padded_out}, {padded_in},
                          splits_or_even(output, output_split_sizes, size_),
                          splits_or_even(input, input_split_sizes, size_));

@@ -63,10 +63,11 @@ class ProgramCollectives : public std::enable_shared_from_this<ProgramCollective
 
   // Point-to-point messages to or from `peer` are held until this rank waits
   // for one of them (their Work's wait()) or issues an eager collective of
-  // the group (a compiled graph's run past them); then every held message launches, one program per
-  // peer pair carrying the pair's messages both ways (each direction in issue order, as NCCL
-  // matches them), pairs in one order for all ranks so that a batch (a ring's isend and irecv)
-  // never waits on itself.
+  // the group (a compiled graph's collectives run past them); then every
+  // held message launches, one program per peer pair carrying the pair's
+  // messages both ways (each direction in issue order, as NCCL matches
+  // them), pairs in one order for all ranks so that a batch (a ring's isend
+  // and irecv) never waits on itself.
   c10::intrusive_ptr<c10d::Work> send(const std::string& op, const std::vector<at::Tensor>& tensors,
                                       int peer);
   c10::intrusive_ptr<c10d::Work> recv(const std::string& op, const std::vector<at::Tensor>& tensors,

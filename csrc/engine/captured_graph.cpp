@@ -9,10 +9,6 @@ namespace torch_tpu::engine {
 
 namespace {
 
-bool same_layout(const TensorView& a, const TensorView& b) {
-  return a.dtype == b.dtype && a.sizes == b.sizes && a.strides == b.strides && a.offset == b.offset;
-}
-
 bool same_bounds(const std::optional<Bounds>& a, const std::optional<Bounds>& b) {
   if (!a || !b) return !a && !b;
   return a->bounds == b->bounds && a->sizes == b->sizes && a->varies == b->varies;

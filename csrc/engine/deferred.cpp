@@ -360,9 +360,9 @@ bool holds_buffer(const StorageSlot& slot) {
                       : static_cast<bool>(slot.buffer);
 }
 
-namespace {
-
-void record_op(OpCall&& call) {
+// Eager collectives run alone (executor.cpp: run_collective); a capture
+// keeps its collectives (a compiled graph is the same on every rank).
+void record(OpCall&& call) {
   hlo::Precision prec = precision();
   Signature sig = signature(call, prec);
   const OpInfo& info = op_info(call, sig, prec);
@@ -402,12 +402,6 @@ void record_op(OpCall&& call) {
   note_recorded(g, op);
   cut_if_due(g, op.call.device);
 }
-
-}  // namespace
-
-// Eager collectives run alone (executor.cpp: run_collective); a capture
-// keeps its collectives (a compiled graph is the same on every rank).
-void record(OpCall&& call) { record_op(std::move(call)); }
 
 void flush(int device, FlushReason reason) {
   if (!Backend::started()) return;

@@ -211,11 +211,6 @@ bool retyped(const TensorView& v) {
   return v.slot && v.slot->buffer && v.slot->element_type() != v.dtype;
 }
 
-bool same_view(const TensorView& a, const TensorView& b) {
-  return a.slot == b.slot && a.dtype == b.dtype && a.sizes == b.sizes && a.strides == b.strides &&
-         a.offset == b.offset;
-}
-
 // An eager collective is a program of its own, the same on every rank: the
 // pending graph is cut before it (every rank then runs the same programs,
 // however its other work fused), and it reads and writes whole storages in
@@ -250,8 +245,9 @@ void run_collective(const OpCall& call) {
   // A result written over an operand that was copied goes to the copy (in
   // place, as where the operand needed no copy).
   for (TensorView& t : dense.targets) {
-    auto same = std::find_if(copied.begin(), copied.end(),
-                             [&](const auto& c) { return same_view(c.first, t); });
+    auto same = std::find_if(copied.begin(), copied.end(), [&](const auto& c) {
+      return c.first.slot == t.slot && same_layout(c.first, t);
+    });
     if (same != copied.end()) {
       t = same->second;
     } else if (in_storage(t)) {

@@ -27,6 +27,10 @@ bool TensorView::is_whole_storage() const {
   return offset == 0 && numel() == storage_numel() && is_contiguous();
 }
 
+bool same_layout(const TensorView& a, const TensorView& b) {
+  return a.dtype == b.dtype && a.sizes == b.sizes && a.strides == b.strides && a.offset == b.offset;
+}
+
 Dims contiguous_strides(const Dims& sizes) {
   Dims strides(sizes.size());
   int64_t s = 1;

@@ -77,4 +77,7 @@ struct TensorView {
 
 Dims contiguous_strides(const Dims& sizes);
 
+// Same dtype, sizes, strides and offset (in whichever storages).
+bool same_layout(const TensorView& a, const TensorView& b);
+
 }  // namespace torch_tpu::engine
