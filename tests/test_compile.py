@@ -403,3 +403,41 @@ def test_host_scalar_inputs_copied_to_tpu_do_not_split_the_graph(all_captured):
         torch.testing.assert_close(out.cpu(), x.cpu() * n + 1)
     # The last call replays one program (the input's copy is a transfer, not a program).
     assert torch_tpu.metrics()["executions"] - before == 1
+
+
+def test_compiled_outputs_are_not_views_and_take_in_place_ops(all_captured):
+    # A replayed program's outputs share its storages but are tensors of their own, as
+    # Inductor's are: in-place ops on them work at every call (Trainer's `loss *= scale`
+    # failed from the second call, when outputs came back as views).
+    results = {}
+    for device in ("cpu", "tpu"):
+        torch.manual_seed(0)
+        m = nn.Linear(4, 2).to(device)
+        f = torch.compile(
+            lambda x, y, m=m: (F.cross_entropy(m(x), y), m(x), m(x).t(), m(x).sum(0)),
+            backend="tpu" if device == "tpu" else "inductor",
+        )
+        x = torch.ones(3, 4, device=device)
+        y = torch.tensor([0, 1, 0], device=device)
+        got = []
+        for _ in range(4):
+            loss, logits, transposed, summed = f(x, y)
+            assert not loss._is_view() and not logits._is_view() and not summed._is_view()
+            loss *= 2.0
+            logits.add_(1.0)
+            summed.mul_(3.0)
+            loss.backward()
+            got.append((loss.detach(), logits.detach(), transposed, summed.detach()))
+            got.append(m.weight.grad.clone())
+        results[device] = got
+    torch.testing.assert_close(results["tpu"], results["cpu"], check_device=False)
+
+
+def test_compiled_function_returning_a_view_of_its_input_returns_a_view():
+    f = torch.compile(lambda x: x.t(), backend="tpu")
+    x = torch.ones(2, 3, device="tpu")
+    for _ in range(3):
+        out = f(x)
+        assert out._is_view() and out._base is x
+        out.mul_(2.0)
+    torch.testing.assert_close(x.cpu(), torch.full((2, 3), 8.0))

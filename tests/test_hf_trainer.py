@@ -30,6 +30,20 @@ def load_example():
     return module
 
 
+def training_arguments(tmp_path, **changes):
+    return transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=BATCH,
+        learning_rate=5e-3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+        **changes,
+    )
+
+
 class CompileCounter(transformers.TrainerCallback):
     def __init__(self):
         self.compiles = {}  # step -> programs compiled so far
@@ -54,18 +68,7 @@ def test_trainer_runs_on_tpu(tmp_path, no_fallback):
         with_kwargs=True,
     )
 
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=STEPS,
-        per_device_train_batch_size=BATCH,
-        per_device_eval_batch_size=BATCH,
-        learning_rate=5e-3,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        seed=0,
-    )
+    args = training_arguments(tmp_path, max_steps=STEPS, per_device_eval_batch_size=BATCH)
     assert args.device.type == "tpu"
     counter = CompileCounter()
     trainer = transformers.Trainer(
@@ -105,3 +108,26 @@ def test_example_eval_batches_cover_small_and_uneven_eval_sets(examples):
     full_batches = examples // batch
     assert 1 <= batch <= 128 and full_batches >= 1
     assert examples % batch < full_batches  # fewer dropped than batches: evenly split
+
+
+def test_trainer_with_torch_compile_trains(tmp_path):
+    # TrainingArguments(torch_compile=True): the compiled model's loss is scaled in place
+    # (`loss *= ...`) at every step; that failed at step 3 when a replay's outputs were views.
+    ex = load_example()
+    texts, labels = ex.make_data(BATCH, seed=0)
+    tokenizer = ex.build_tokenizer(texts)
+    train_ds = ex.TextDataset(tokenizer, texts, labels, MAX_LENGTH)
+    torch.manual_seed(0)
+    model = ex.build_model(tokenizer.vocab_size, MAX_LENGTH)
+    torch._dynamo.reset()
+    args = training_arguments(
+        tmp_path, max_steps=6, torch_compile=True, gradient_accumulation_steps=2
+    )
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=train_ds)
+    try:
+        trainer.train()
+    finally:
+        torch._dynamo.reset()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 6 and all(math.isfinite(x) for x in losses), losses
+    assert losses[-1] < losses[0], losses

@@ -504,14 +504,11 @@ bool keeps_valid_entries(const c10::OperatorHandle& op) {
 // A tensor over `t`'s storage with the sizes of operand `in` at the bounds
 // (each varying one less by `shrink`): what the meta kernel sees.
 at::Tensor at_bounds(const at::Tensor& t, const BoundedPlan::Operand& in, int64_t shrink) {
-  auto s =
-      at::detail::make_tensor<c10::TensorImpl>(c10::Storage(t.storage()), t.key_set(), t.dtype());
   engine::Dims sizes = in.view.sizes;
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (in.varies[d]) sizes[d] -= shrink;
   }
-  s.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, in.view.strides, in.view.offset);
-  return s;
+  return over_storage_of(t, sizes, in.view.strides, in.view.offset);
 }
 
 // `t` read with its broadcast dimensions (stride 0: a sum's expanded gradient, a

@@ -84,8 +84,9 @@ std::optional<std::vector<at::Tensor>> append(const engine::CapturedGraph& graph
   std::vector<at::Tensor> outputs;
   for (const engine::CapturedOutput& o : graph.outputs) {
     const engine::TensorView& v = o.view;
-    const at::Tensor& base = o.input >= 0 ? inputs[o.input] : bases[o.new_storage];
-    outputs.push_back(base.as_strided(v.sizes, v.strides, v.offset));
+    outputs.push_back(o.input >= 0
+                          ? inputs[o.input].as_strided(v.sizes, v.strides, v.offset)
+                          : over_storage_of(bases[o.new_storage], v.sizes, v.strides, v.offset));
   }
   return outputs;
 }
@@ -116,26 +117,24 @@ std::optional<std::vector<at::Tensor>> replay(const engine::CapturedGraph& graph
       fresh_bounds[graph.output_storage[i]] = &*bounds;
     }
   }
-  // One tensor per new storage; outputs are views of it (or of an input).
+  // One tensor per new storage; outputs are tensors over it (or views of an input).
   std::vector<at::Tensor> bases(fresh->size());
   std::vector<at::Tensor> outputs;
   for (const engine::CapturedOutput& o : graph.outputs) {
     const engine::TensorView& v = o.view;
-    at::Tensor base;
     if (o.input >= 0) {
-      base = inputs[o.input];
-    } else {
-      at::Tensor& b = bases[o.new_storage];
-      if (!b.defined()) {
-        int64_t numel =
-            static_cast<int64_t>(graph.new_storage_nbytes[o.new_storage]) / element_size(v.dtype);
-        b = empty_tpu({numel}, scalar_type(v.dtype), device);
-        slot_of(b)->buffer = (*fresh)[o.new_storage];
-        if (fresh_bounds[o.new_storage]) store_bounds(*slot_of(b), *fresh_bounds[o.new_storage]);
-      }
-      base = b;
+      outputs.push_back(inputs[o.input].as_strided(v.sizes, v.strides, v.offset));
+      continue;
     }
-    outputs.push_back(base.as_strided(v.sizes, v.strides, v.offset));
+    at::Tensor& b = bases[o.new_storage];
+    if (!b.defined()) {
+      int64_t numel =
+          static_cast<int64_t>(graph.new_storage_nbytes[o.new_storage]) / element_size(v.dtype);
+      b = empty_tpu({numel}, scalar_type(v.dtype), device);
+      slot_of(b)->buffer = (*fresh)[o.new_storage];
+      if (fresh_bounds[o.new_storage]) store_bounds(*slot_of(b), *fresh_bounds[o.new_storage]);
+    }
+    outputs.push_back(over_storage_of(b, v.sizes, v.strides, v.offset));
   }
   return outputs;
 }

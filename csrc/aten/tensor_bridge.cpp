@@ -133,4 +133,12 @@ at::Tensor empty_tpu(c10::IntArrayRef sizes, at::ScalarType dtype, c10::DeviceIn
                                    std::nullopt);
 }
 
+at::Tensor over_storage_of(const at::Tensor& base, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                           int64_t offset) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(base.storage()), base.key_set(),
+                                                    base.dtype());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+  return t;
+}
+
 }  // namespace torch_tpu::aten

@@ -21,6 +21,12 @@ at::Tensor empty_tpu(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::Scala
                      c10::DeviceIndex device);
 at::Tensor empty_tpu(c10::IntArrayRef sizes, at::ScalarType dtype, c10::DeviceIndex device);
 
+// A tensor over `base`'s storage with the given layout that autograd does not
+// see as a view of `base` (as_strided's result is one): a program's outputs
+// share storages, but each is its own tensor, as on the CPU.
+at::Tensor over_storage_of(const at::Tensor& base, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                           int64_t offset);
+
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex device);
 
