@@ -75,44 +75,8 @@ std::vector<Value> foreach_zero(Context& c, const Args& a) {
 std::vector<Value> foreach_max(Context& c, const Args& a) {
   Builder& b = c.b;
   std::vector<Value> out;
-  for (const Value& x : a.tensors(0)) {
-    Dims all(x.rank());
-    for (int64_t d = 0; d < x.rank(); ++d) all[d] = d;
-    Value m = reduce_max(b, x, all);
-    if (is_floating(x.type())) {
-      Value any_nan = reduce_sum(b, b.compare(x, x, Comparison::NE), all);
-      m = b.select(any_nan, b.constant(NAN, x.type()), m);
-    }
-    out.push_back(m);
-  }
+  for (const Value& x : a.tensors(0)) out.push_back(reduce_max(b, x, all_dims(x.rank())));
   return out;
-}
-
-// The vector norm of one tensor for a runtime `ord` p, as
-// linalg_vector_norm computes it: max|x| (inf), min|x| (-inf), the count of
-// non-zeros (0), sum|x| (1), sqrt(sum x^2) (2), or (sum |x|^p)^(1/p). Every
-// case is computed and `ord` selects one, so a new ord does not recompile.
-Value vector_norm(Builder& b, const Value& x, const Value& ord, ET type) {
-  Dims all(x.rank());
-  for (int64_t d = 0; d < x.rank(); ++d) all[d] = d;
-  ET acc = accumulation_type(type);
-  Value ax = convert(b, b.abs(convert(b, x, type)), acc);
-  Value p = convert(b, ord, acc);
-  auto is = [&](double v) { return b.compare(p, b.constant(v, acc), Comparison::EQ); };
-  Value pb = broadcast_to(b, p, ax.dims());
-  Value powered = b.pow(ax, pb);
-  powered =
-      b.select(is(0), b.convert(b.compare(ax, b.full(ax.shape, 0), Comparison::NE), acc), powered);
-  powered = b.select(is(1), ax, powered);
-  powered = b.select(is(2), b.mul(ax, ax), powered);
-  Value sum = reduce_sum(b, powered, all);
-  Value largest = reduce_max(b, b.select(is(-INFINITY), b.neg(ax), ax), all);
-  Value one = b.constant(1, acc);
-  Value r = b.pow(sum, b.div(one, p));
-  r = b.select(is(2), b.sqrt(sum), r);
-  r = b.select(b.or_(is(0), is(1)), sum, r);
-  r = b.select(is(INFINITY), largest, r);
-  return b.select(is(-INFINITY), b.neg(largest), r);
 }
 
 // _foreach_norm.Scalar(self, ord=2, dtype=None)
@@ -126,7 +90,7 @@ std::vector<Value> foreach_norm(Context& c, const Args& a) {
     if (!is_floating(type) && !is_complex(type)) {
       throw Unsupported("_foreach_norm of " + std::string(short_name(type)));
     }
-    out.push_back(vector_norm(c.b, xs[i], ord, type));
+    out.push_back(vector_norm(c.b, convert(c.b, xs[i], type), ord, all_dims(xs[i].rank())));
   }
   return out;
 }

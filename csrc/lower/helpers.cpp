@@ -102,6 +102,12 @@ int64_t wrap_dim(int64_t dim, int64_t rank) {
   return dim < 0 ? dim + r : dim;
 }
 
+Dims all_dims(int64_t rank) {
+  Dims d(rank);
+  for (int64_t i = 0; i < rank; ++i) d[i] = i;
+  return d;
+}
+
 Dims reduction_dims(const IntList& dims, int64_t rank) {
   Dims out;
   if (dims.empty()) {
@@ -320,6 +326,30 @@ Value reduce_extreme(Builder& b, const Value& x, const Dims& dims, bool max) {
                   [max](Builder& r, const std::vector<Value>& a) -> std::vector<Value> {
                     return {extreme_of(r, a[0], a[1], max)};
                   })[0];
+}
+
+// Two single-output reduces, not one variadic reduce of the three candidates: XLA's
+// CPU backend vectorises a single reduce into partial sums, and runs a variadic one
+// as one sequential sum whose error grows with its length (6e-4 relative at 2e6
+// float32 elements, against 3e-5 on the CPU).
+Value vector_norm(Builder& b, const Value& x, const Value& ord, const Dims& dims) {
+  Value v = is_complex(x.type()) ? b.abs(x) : x;
+  v = convert(b, b.abs(v), accumulation_type(v.type()));
+  ElementType t = v.type();
+  Value p = convert(b, ord, t);
+  auto is = [&](double value) { return b.compare(p, b.constant(value, t), hlo::Comparison::EQ); };
+  const double inf = std::numeric_limits<double>::infinity();
+  // A rank-0 predicate selects whole arrays.
+  Value nonzero = b.convert(b.compare(v, b.full(v.shape, 0), hlo::Comparison::NE), t);
+  Value term = b.select(
+      is(0), nonzero,
+      b.select(is(1), v, b.select(is(2), b.mul(v, v), b.pow(v, broadcast_to(b, p, v.dims())))));
+  Value sum = reduce_sum(b, term, dims);
+  // max|x|, or -max(-|x|) = min|x| for ord -inf.
+  Value largest = reduce_max(b, b.select(is(-inf), b.neg(v), v), dims);
+  Value root = b.pow(sum, broadcast_to(b, b.div(b.constant(1.0, t), p), sum.dims()));
+  Value norm = b.select(b.or_(is(0), is(1)), sum, b.select(is(2), b.sqrt(sum), root));
+  return b.select(is(inf), largest, b.select(is(-inf), b.neg(largest), norm));
 }
 
 hlo::RegionFn scatter_combiner(const std::string& reduce) {

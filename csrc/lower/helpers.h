@@ -18,6 +18,8 @@ ElementType to_floating(ElementType t);
 int64_t wrap_dim(int64_t dim, int64_t rank);
 // Dims to reduce over: `dims` wrapped and sorted; empty means all.
 Dims reduction_dims(const IntList& dims, int64_t rank);
+// 0, 1, ..., rank - 1.
+Dims all_dims(int64_t rank);
 Dims broadcast_shapes(const Dims& a, const Dims& b);
 // NumPy-style broadcast (align trailing dimensions).
 Value broadcast_to(Builder& b, const Value& x, const Dims& dims);
@@ -54,6 +56,11 @@ Value reduce_min(Builder& b, const Value& x, const Dims& dims);
 // The larger (`max`) or smaller of x and y, NaN where either is, as PyTorch's
 // max/min/amax propagate NaN (XLA's maximum keeps one operand's).
 Value extreme_of(Builder& b, const Value& x, const Value& y, bool max);
+// The vector p-norm of `x` over `dims` for a runtime `ord` (a program operand: one
+// program serves every ord), as linalg_vector_norm computes it: max|x| (inf), min|x|
+// (-inf), the count of non-zeros (0), sum|x| (1), sqrt(sum |x|^2) (2), else
+// (sum |x|^p)^(1/p); accumulated in `accumulation_type`.
+Value vector_norm(Builder& b, const Value& x, const Value& ord, const Dims& dims);
 // How a scatter combines an update with the value it lands on: "replace",
 // "sum"/"add"/"mean" (a mean's sum), "prod"/"multiply", "amax", "amin".
 hlo::RegionFn scatter_combiner(const std::string& reduce);

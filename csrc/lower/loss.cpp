@@ -14,12 +14,6 @@ constexpr ElementType kIndex = ElementType::S64;
 // at::Reduction
 enum Reduction : int64_t { kNone = 0, kMean = 1, kSum = 2 };
 
-Dims all_dims(int64_t rank) {
-  Dims d;
-  for (int64_t i = 0; i < rank; ++i) d.push_back(i);
-  return d;
-}
-
 Value constant_like(Builder& b, const Value& like, double v) { return b.full(like.shape, v); }
 
 // apply_loss_reduction: sum, or the mean of every element (NaN when empty).

@@ -29,8 +29,6 @@ using Values = std::vector<Value>;
 
 // ---------------------------------------------------------------- shapes
 
-Dims all_dims(int64_t rank) { return reduction_dims({}, rank); }
-
 // `int[1]? dim`: None and [] both mean every dimension.
 Dims dims_or_all(const Args& a, size_t i, int64_t rank) {
   return a.is_none(i) ? all_dims(rank) : reduction_dims(a.ints(i), rank);
@@ -104,20 +102,8 @@ Value reduce_all(Builder& b, const Value& x, const Dims& dims) {
   return reduce_binary(b, nonzero(b, x), dims, b.constant_bool(true), &Builder::and_);
 }
 
-// max/min that propagate NaN like PyTorch's. StableHLO's maximum/minimum do
-// not reliably do so: XLA's CPU backend drops NaN inside reductions.
-Value extreme(Builder& b, const Value& x, const Value& y, bool is_max) {
-  Value m = is_max ? b.max(x, y) : b.min(x, y);
-  if (!is_floating(x.type())) return m;
-  return b.select(is_nan(b, x), x, b.select(is_nan(b, y), y, m));
-}
-
 Value reduce_extreme(Builder& b, const Value& x, const Dims& dims, bool is_max) {
-  if (dims.empty()) return x;
-  Value init = is_max ? lowest_value(b, x.type()) : highest_value(b, x.type());
-  return b.reduce({x}, {init}, dims, [is_max](Builder& r, const Values& v) -> Values {
-    return {extreme(r, v[0], v[1], is_max)};
-  })[0];
+  return is_max ? reduce_max(b, x, dims) : reduce_min(b, x, dims);
 }
 
 // ---------------------------------------------------------------- sum, mean, prod
@@ -387,40 +373,11 @@ Values logsumexp(Context& c, const Args& a) {
 
 // ---------------------------------------------------------------- norms
 
-// The p-norm of `x` over `dims` for a runtime `ord` (Scalar arguments are
-// program operands, so one program serves every ord). A single variadic
-// reduce computes sum(|x|^p), max|x| and min|x|; selects on ord pick the
-// term and the result. ord 0 counts nonzeros, +-inf are max/min |x|, 1 and 2
-// avoid pow so the common norms are exact.
-Value p_norm(Builder& b, const Value& x, const Value& ord, const Dims& dims) {
-  Value v = is_complex(x.type()) ? b.abs(x) : x;
-  v = convert(b, b.abs(v), accumulation_type(v.type()));
-  ElementType t = v.type();
-  Value p = convert(b, ord, t);
-  auto is = [&](double value) { return b.compare(p, b.constant(value, t), Comparison::EQ); };
-  auto pick = [&](const Value& cond, const Value& on_true, const Value& on_false) {
-    return b.select(cond, on_true, on_false);  // a rank-0 predicate selects whole arrays
-  };
-  const double inf = std::numeric_limits<double>::infinity();
-  Value power = b.pow(v, splat(b, p, v));
-  Value term =
-      pick(is(0), b.convert(nonzero(b, v), t), pick(is(1), v, pick(is(2), b.mul(v, v), power)));
-  Values r = b.reduce({term, v, v}, {b.constant(0.0, t), b.constant(0.0, t), b.constant(inf, t)},
-                      dims, [](Builder& r, const Values& a) -> Values {
-                        return {r.add(a[0], a[3]), extreme(r, a[1], a[4], true),
-                                extreme(r, a[2], a[5], false)};
-                      });
-  const Value &s = r[0], &largest = r[1], &smallest = r[2];
-  Value root = b.pow(s, splat(b, b.div(b.constant(1.0, t), p), s));
-  Value norm = pick(b.or_(is(0), is(1)), s, pick(is(2), b.sqrt(s), root));
-  return pick(is(inf), largest, pick(is(-inf), smallest, norm));
-}
-
 // linalg_vector_norm(self, ord=2, dim=None, keepdim, *, dtype=None)
 Values linalg_vector_norm(Context& c, const Args& a) {
   Value x = a.tensor(0);
   if (auto dtype = a.dtype(4)) x = convert(c.b, x, *dtype);
-  return {fit(c, p_norm(c.b, x, a.tensor(1), dims_or_all(a, 2, x.rank())))};
+  return {fit(c, vector_norm(c.b, x, a.tensor(1), dims_or_all(a, 2, x.rank())))};
 }
 
 // norm.Scalar(self, p=2) / norm.ScalarOpt_dtype(self, p, *, dtype) /
@@ -435,7 +392,7 @@ Values norm(Context& c, const Args& a) {
   }
   Dims dims = has_dim ? reduction_dims(a.ints(2), x.rank()) : all_dims(x.rank());
   Value p = a.is_none(1) ? c.b.constant(2.0, ElementType::F32) : a.tensor(1);
-  return {fit(c, p_norm(c.b, x, p, dims))};
+  return {fit(c, vector_norm(c.b, x, p, dims))};
 }
 
 // ---------------------------------------------------------------- scans
@@ -511,7 +468,7 @@ Values cumprod(Context& c, const Args& a) { return cumulative(c, a, true); }
 // log(exp(x) + exp(y)) computed stably; equal infinities return themselves
 // (PyTorch's _log_add_exp_helper) instead of inf - inf = NaN.
 Value log_add_exp(Builder& b, const Value& x, const Value& y) {
-  Value hi = extreme(b, x, y, true), lo = extreme(b, x, y, false);
+  Value hi = extreme_of(b, x, y, true), lo = extreme_of(b, x, y, false);
   Value sum = b.add(hi, b.unary("log_plus_one", b.exp(b.sub(lo, hi))));
   Value general = b.or_(b.compare(lo, hi, Comparison::NE), b.is_finite(lo));
   return b.select(general, sum, x);
