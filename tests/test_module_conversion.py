@@ -125,6 +125,20 @@ def test_pin_memory_and_non_blocking_copies():
     assert not torch.randn(64).is_pinned()
 
 
+def test_empty_host_cache_with_tpu_tensors_and_pinned_memory():
+    # The tpu device had no at::HostAllocator: empty_host_cache() dereferenced a null
+    # allocator (SIGSEGV) once a tpu tensor existed.
+    x = torch.ones(4, device="tpu")
+    pinned = torch.arange(16.0).pin_memory()
+    torch.accelerator.empty_host_cache()
+    assert pinned.is_pinned()
+    assert torch.equal(pinned.to("tpu", non_blocking=True).cpu(), torch.arange(16.0))
+    del pinned
+    torch.accelerator.empty_host_cache()
+    assert torch.randn(8).pin_memory().is_pinned()
+    assert x.sum().item() == 4
+
+
 @pytest.mark.filterwarnings("ignore:pin_memory_device is deprecated:UserWarning")
 @pytest.mark.parametrize("device", [None, "tpu"])
 def test_dataloader_pins_batches(device):
