@@ -30,6 +30,24 @@ INDEXING = {
     "put": lambda w, i: w.clone().put_(i * 3, w[0, :2]),
     "nll_loss": lambda w, i: F.nll_loss(w[:2].log_softmax(1), i),
     "cross_entropy": lambda w, i: F.cross_entropy(w[:2], i),
+    "nll_loss_backward": lambda w, i: torch.ops.aten.nll_loss_backward(
+        w.new_tensor(1.0), w[:2].log_softmax(1), i, None, 1, -100, w.new_tensor(2.0)
+    ),
+    "embedding_bag_max": lambda w, i: F.embedding_bag(i, w, i.new_zeros(1), mode="max"),
+    "embedding_bag_sum": lambda w, i: F.embedding_bag(i, w.double(), i.new_zeros(1)),
+    "embedding_renorm_": lambda w, i: torch.embedding_renorm_(w.clone(), i, 1.0, 2.0),
+    "multi_margin_loss": lambda w, i: F.multi_margin_loss(w[:2], i),
+    "multilabel_margin_loss": lambda w, i: F.multilabel_margin_loss(
+        w[:2], torch.cat([i, i[:1]]).expand(2, 3)
+    ),
+    "max_unpool2d": lambda w, i: torch.ops.aten.max_unpool2d(
+        w[0, :2].reshape(1, 1, 1, 2), i.reshape(1, 1, 1, 2), [2, 3]
+    ),
+    "searchsorted_sorter": lambda w, i: torch.searchsorted(w[0, :2], w[1], sorter=i - 1),
+    "lu_unpack": lambda w, i: torch.lu_unpack(w[:2, :2], i.int())[0],
+    "lu_solve": lambda w, i: torch.linalg.lu_solve(
+        w[:2, :2] + 4 * torch.eye(2, device=w.device), i.int(), w[:2, :1]
+    ),
 }
 
 # op(device) with invalid data, and the same with valid data.
@@ -53,6 +71,42 @@ VALUES = {
     "binary_cross_entropy": (
         lambda d: F.binary_cross_entropy(torch.tensor([1.5], device=d), torch.ones(1, device=d)),
         lambda d: F.binary_cross_entropy(torch.tensor([0.5], device=d), torch.ones(1, device=d)),
+    ),
+    "embedding_bag_first_offset": (
+        lambda d: F.embedding_bag(
+            torch.tensor([1, 2], device=d), torch.ones(5, 3, device=d), torch.tensor([1], device=d)
+        ),
+        lambda d: F.embedding_bag(
+            torch.tensor([1, 2], device=d), torch.ones(5, 3, device=d), torch.tensor([0], device=d)
+        ),
+    ),
+    "embedding_bag_last_offset": (
+        lambda d: F.embedding_bag(
+            torch.tensor([1, 2], device=d),
+            torch.ones(5, 3, device=d),
+            torch.tensor([0, 3], device=d),
+        ),
+        lambda d: F.embedding_bag(
+            torch.tensor([1, 2], device=d),
+            torch.ones(5, 3, device=d),
+            torch.tensor([0, 2], device=d),
+        ),
+    ),
+    "segment_reduce_negative_length": (
+        lambda d: torch.segment_reduce(
+            torch.ones(5, device=d), "sum", lengths=torch.tensor([7, -2], device=d)
+        ),
+        lambda d: torch.segment_reduce(
+            torch.ones(5, device=d), "sum", lengths=torch.tensor([3, 2], device=d)
+        ),
+    ),
+    "segment_reduce_lengths_sum": (
+        lambda d: torch.segment_reduce(
+            torch.ones(5, device=d), "sum", lengths=torch.tensor([3, 3], device=d)
+        ),
+        lambda d: torch.segment_reduce(
+            torch.ones(5, device=d), "sum", lengths=torch.tensor([3, 2], device=d)
+        ),
     ),
     "masked_scatter": (
         lambda d: torch.zeros(3, device=d).masked_scatter(

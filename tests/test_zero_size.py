@@ -46,10 +46,6 @@ KNOWN_DIFFERENCES = {
     "_native_batch_norm_legit": opinfo_runner.known_failure(
         "_native_batch_norm_legit", torch.float32
     ),
-    "_segment_reduce.lengths": (
-        "the CPU checks that the lengths sum to the data's size, a check on data that "
-        "tpu does not make (the data is empty, the lengths are not)"
-    ),
 }
 # Entries whose zero-size variants the CPU cannot run.
 UNSAFE_ON_CPU = {

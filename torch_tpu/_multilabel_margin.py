@@ -21,12 +21,14 @@ def _multilabel_margin_loss_tpu(self, target, reduction=1):
         classes != 0,
         lambda: (
             "Expected non-empty vector or matrix with optional 0-dim batch size, "
-            f"but got: {self.shape}"
+            f"but got: {list(self.shape)}"
         ),
     )
     torch._check(
         target.dim() <= 1 and target.numel() == classes,
-        lambda: f"inconsistent target size: {target.shape} for input of size: {self.shape}",
+        lambda: (
+            f"inconsistent target size: {list(target.shape)} for input of size: {list(self.shape)}"
+        ),
     )
     output = forward(self.reshape(1, classes), target.reshape(1, classes), reduction)[0]
     return output.reshape(())

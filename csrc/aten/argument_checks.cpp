@@ -68,8 +68,22 @@ void mv(Args a) {
               dtype(a[1]), ", ", dtype(a[0]), ", and ", dtype(a[1]));
 }
 
-// convolution, _convolution(input, weight, bias, ...)
+// convolution, _convolution(input, weight, bias, stride, padding, dilation,
+// transposed, output_padding, groups, ...): the CPU's check_shape_forward on
+// the parameters first (XLA refuses a negative dilation when it compiles, and
+// pads with a negative padding), then the dtypes.
 void convolution(Args a) {
+  auto any = [](const c10::IValue& list, auto bad) {
+    for (int64_t v : list.toIntVector()) {
+      if (bad(v)) return true;
+    }
+    return false;
+  };
+  auto negative = [](int64_t v) { return v < 0; };
+  TORCH_CHECK(!any(a[4], negative), "negative padding is not supported");
+  TORCH_CHECK(!any(a[7], negative), "negative output_padding is not supported");
+  TORCH_CHECK(!any(a[3], [](int64_t v) { return v <= 0; }), "non-positive stride is not supported");
+  TORCH_CHECK(!any(a[5], negative), "dilation should be greater than zero");
   const at::Tensor& input = a[0].toTensor();
   TORCH_CHECK(dtype(a[1]) == input.scalar_type(), "expected scalar type ", input.scalar_type(),
               " but found ", dtype(a[1]));
@@ -270,7 +284,7 @@ void uniform(Args a) {
   const at::Tensor& self = a[0].toTensor();
   double from = a[1].toDouble(), to = a[2].toDouble();
   at::ScalarType type = c10::toRealValueType(self.scalar_type());
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type, "uniform bounds", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, type, "check_uniform_bounds", [&] {
     const auto dtype = caffe2::TypeMeta::fromScalarType(type);
     const auto min = static_cast<double>(std::numeric_limits<scalar_t>::lowest());
     const auto max = static_cast<double>(std::numeric_limits<scalar_t>::max());
@@ -282,6 +296,25 @@ void uniform(Args a) {
                 toString(type), ">::max(), but found to=", to, " and from=", from,
                 " which result in to-from to exceed the limit");
   });
+}
+
+// multinomial(self, num_samples, replacement, generator[, out]), in the CPU's order.
+void multinomial(Args a) {
+  const at::Tensor& self = a[0].toTensor();
+  TORCH_CHECK(self.dim() > 0 && self.dim() <= 2, "prob_dist must be 1 or 2 dim");
+  TORCH_CHECK(
+      at::isFloatingType(self.scalar_type()),
+      "multinomial only supports floating-point dtypes for input, got: ", self.scalar_type());
+  if (a.size() > 4) {
+    TORCH_CHECK(dtype(a[4]) == at::kLong,
+                "multinomial expects Long tensor out, got: ", dtype(a[4]));
+  }
+  const int64_t n_sample = a[1].toInt();
+  TORCH_CHECK(n_sample > 0, "cannot sample n_sample <= 0 samples");
+  const int64_t n_categories = self.size(-1);
+  TORCH_CHECK(a[2].toBool() || n_sample <= n_categories,
+              "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  TORCH_CHECK(n_categories <= (int64_t{1} << 24), "number of categories cannot exceed 2^24");
 }
 
 // bernoulli.p(self, p, generator)
@@ -385,6 +418,24 @@ void aminmax(Args a) {
               "aminmax(): cannot compute aminmax over an empty dimension as the operation has "
               "no identity.");
   check_reduced_dim(a, 1, "aminmax");
+}
+
+// aminmax.out(self, *, dim, keepdim, min, max): a structured kernel's outs
+// have its results' dtype exactly.
+void aminmax_out(Args a) {
+  for (size_t out : {a.size() - 2, a.size() - 1}) {
+    TORCH_CHECK(dtype(a[out]) == dtype(a[0]), "Expected out tensor to have dtype ",
+                c10::scalarTypeToTypeMeta(dtype(a[0])).name(), ", but got ",
+                c10::scalarTypeToTypeMeta(dtype(a[out])).name(), " instead");
+  }
+  aminmax(a);
+}
+
+// bucketize(self, boundaries, ...)
+void bucketize(Args a) {
+  const at::Tensor& boundaries = a[1].toTensor();
+  TORCH_CHECK(boundaries.dim() == 1, "boundaries tensor must be 1 dimension, but got dim(",
+              boundaries.dim(), ")");
 }
 
 // The infinity and negative norms have no identity either. PyTorch's meta
@@ -518,6 +569,7 @@ void complex_parts(Args a) {
 template <int std_arg>
 void normal_std_tensor(Args a) {
   const at::Tensor& std = a[std_arg].toTensor();
+  TORCH_CHECK(!std.is_complex(), "normal expects standard deviation to be non-complex");
   TORCH_CHECK(std.numel() == 0 || at::min(std).ge(0).item<bool>(),
               "normal expects all elements of std >= 0.0");
 }
@@ -935,6 +987,10 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::amax", amax_amin<kAmax>},
       {"aten::amin", amax_amin<kAmin>},
       {"aten::aminmax", aminmax},
+      {"aten::aminmax.out", aminmax_out},
+      {"aten::bucketize.Tensor", bucketize},
+      {"aten::bucketize.Scalar", bucketize},
+      {"aten::multinomial", multinomial},
       {"aten::linalg_vector_norm", vector_norm_dim},
       {"aten::norm.ScalarOpt_dim", vector_norm_dim},
       {"aten::norm.ScalarOpt_dim_dtype", vector_norm_dim},

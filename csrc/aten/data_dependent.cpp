@@ -4,6 +4,7 @@
 #include "aten/data_dependent.h"
 
 #include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 
 #include <algorithm>
 
@@ -114,6 +115,10 @@ at::Tensor masked_select_tpu(const at::Tensor& self, const at::Tensor& mask) {
 }
 
 at::Tensor& masked_select_out(const at::Tensor& self, const at::Tensor& mask, at::Tensor& out) {
+  // The CPU's kernel refuses an out it would read while writing.
+  at::assert_no_internal_overlap(out);
+  at::assert_no_overlap(out, self);
+  at::assert_no_overlap(out, mask);
   at::Tensor result = masked_select_tpu(self, mask);
   out.resize_(result.sizes());
   return out.copy_(result);

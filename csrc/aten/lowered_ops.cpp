@@ -24,6 +24,7 @@
 #include "aten/tensor_lists.h"
 #include "engine/deferred.h"
 #include "engine/executor.h"
+#include "runtime/plugin.h"
 
 namespace torch_tpu::aten {
 
@@ -36,6 +37,8 @@ struct MetaResult {
   std::vector<bool> is_list;
   // Sizes the mutated arguments have after the call (out= tensors get resized).
   std::vector<std::vector<std::vector<int64_t>>> mutated_sizes;
+  // The CPU's kernel is not defined for the call's dtypes (cpu_dtype_rejection).
+  std::optional<CpuRejection> cpu_rejects;
 };
 // Shared with the cache: a cache hit copies nothing.
 using MetaPtr = std::shared_ptr<const MetaResult>;
@@ -307,16 +310,10 @@ struct MetaConverter {
     return meta;
   }
 
+  // Factories (tril_indices, kaiser_window, ...) name the device: on tpu they
+  // would allocate, and their meta kernels run real programs.
   c10::IValue convert(const c10::IValue& v) {
-    if (v.isTensor() || v.isTensorList() || v.isOptionalTensorList()) {
-      return map_tensors(v, [this](const at::Tensor& t) { return convert(t); });
-    }
-    // Factories (tril_indices, kaiser_window, ...) name the device: on tpu they
-    // would allocate, and their meta kernels run real programs.
-    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) {
-      return c10::Device(c10::kMeta);
-    }
-    return v;
+    return retargeted(v, [this](const at::Tensor& t) { return convert(t); }, c10::kMeta);
   }
 };
 
@@ -550,8 +547,10 @@ void reshape_as_cpu(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> ar
   loss->strides.assign(strides.begin(), strides.end());
 }
 
+// `ask_cpu`: an error is raised as the CPU's kernel raises it (see
+// rethrow_meta_error); false for stand-ins of the call that are not the user's.
 std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHandle& op,
-                                   c10::ArrayRef<c10::IValue> args) {
+                                   c10::ArrayRef<c10::IValue> args, bool ask_cpu) {
   MetaConverter meta;
   torch::jit::Stack meta_stack;
   for (const c10::IValue& v : args) meta_stack.push_back(meta.convert(v));
@@ -566,10 +565,8 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
   } catch (const c10::NotImplementedError&) {
     return in_place_meta(binding, op.schema(), args);
-  } catch (const c10::Error&) {
-    throw;
   } catch (...) {
-    rethrow_meta_error(std::current_exception(), op.schema().operator_name());
+    rethrow_meta_error(std::current_exception(), op, ask_cpu ? args : c10::ArrayRef<c10::IValue>());
   }
   MetaResult result;
   for (const c10::IValue& r : meta_stack) {
@@ -583,15 +580,20 @@ std::optional<MetaResult> run_meta(const Binding& binding, const c10::OperatorHa
 
 // Null when the operator has no meta kernel.
 MetaPtr meta_results(const Binding& binding, const c10::OperatorHandle& op,
-                     c10::ArrayRef<c10::IValue> args) {
+                     c10::ArrayRef<c10::IValue> args, bool ask_cpu = true) {
   std::optional<std::string> key = meta_key(binding, op.schema(), args);
   if (key) {
     std::lock_guard<std::mutex> lock(binding.meta_mutex);
     auto it = binding.meta_cache.find(*key);
     if (it != binding.meta_cache.end()) return it->second;
   }
-  std::optional<MetaResult> result = run_meta(binding, op, args);
+  std::optional<MetaResult> result = run_meta(binding, op, args, ask_cpu);
   if (!result) return nullptr;
+  // Random ops that draw from the CPU's default generator are not probed: the
+  // probe would move it.
+  if (!(binding.rule && binding.rule->random && binding.generator_arg < 0)) {
+    result->cpu_rejects = cpu_dtype_rejection(op, args);
+  }
   auto shared = std::make_shared<const MetaResult>(std::move(*result));
   if (key) {
     std::lock_guard<std::mutex> lock(binding.meta_mutex);
@@ -759,6 +761,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     cpu_fallback(op, stack);
     return;
   }
+  if (meta->cpu_rejects) meta->cpu_rejects->raise();
   if (computed_apart_from_out(binding, stack, args)) return;
 
   // out= tensors take the sizes the meta kernel gave them, as PyTorch's out=
@@ -783,7 +786,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       plan_bounded(op, args, meta->returns, binding.mutated, binding.return_alias,
                    [&](c10::ArrayRef<c10::IValue> stand_in) -> std::optional<ReturnLayouts> {
                      try {
-                       MetaPtr m = meta_results(binding, op, stand_in);
+                       MetaPtr m = meta_results(binding, op, stand_in, /*ask_cpu=*/false);
                        return m ? std::optional<ReturnLayouts>(m->returns) : std::nullopt;
                      } catch (const std::exception&) {
                        return std::nullopt;
@@ -874,6 +877,16 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
     cpu_fallback(op, stack, e.what());
     return;
+  } catch (const std::exception& e) {
+    // A rule (std::logic_error) or the compiler (runtime::Error) refused the
+    // call, an input no check above caught: where the CPU's kernel refuses it
+    // too, its error says why. (Failed data checks are c10 errors by now.)
+    if (!dynamic_cast<const std::logic_error*>(&e) && !dynamic_cast<const runtime::Error*>(&e)) {
+      throw;
+    }
+    if (gen_lock.owns_lock()) gen_lock.unlock();
+    raise_cpu_error(op, args);
+    throw;
   }
 
   if (binding.check_errors_arg >= 0 && binding.info_return >= 0 &&

@@ -29,10 +29,14 @@ OverlapRule overlap_rule(const std::string& op_name) {
       rule.op = base == "aten::_index_put_impl_" ? "index_put_" : base.substr(6);
     }
   }
-  for (const char* op :
-       {"aten::index_add", "aten::index_copy", "aten::index_fill", "aten::index_put",
-        "aten::_index_put_impl", "aten::put", "aten::masked_fill", "aten::masked_scatter",
-        "aten::scatter", "aten::gather", "aten::index_select", "aten::take"}) {
+  for (const char* op : {"aten::index_add", "aten::index_copy", "aten::index_fill",
+                         "aten::index_put", "aten::_index_put_impl", "aten::put",
+                         "aten::masked_fill", "aten::masked_scatter", "aten::scatter"}) {
+    rule.self_may_be_written |= starts_with(base, op);
+  }
+  rule.refuses_full_overlap = rule.self_may_be_written;
+  for (const char* op : {"aten::gather", "aten::index_select", "aten::take", "aten::cat",
+                         "aten::masked_select", "aten::kthvalue", "aten::linalg_cross"}) {
     rule.refuses_full_overlap |= starts_with(base, op);
   }
   return rule;
@@ -60,11 +64,12 @@ void check_memory_overlap(const OverlapRule& rule, c10::ArrayRef<c10::IValue> ar
     }
     for (size_t i = 0; i < args.size(); ++i) {
       if (std::find(mutated.begin(), mutated.end(), i) != mutated.end()) continue;
+      const bool full_refused = rule.refuses_full_overlap && !(rule.self_may_be_written && i == 0);
       auto refuse = [&](const at::Tensor& input) {
         if (!input.defined() || input.device() != written.device()) return;
         at::MemOverlapStatus status = at::get_overlap_status(written, input);
         TORCH_CHECK(status != at::MemOverlapStatus::Partial &&
-                        !(rule.refuses_full_overlap && status == at::MemOverlapStatus::Full),
+                        !(full_refused && status == at::MemOverlapStatus::Full),
                     "unsupported operation: some elements of the input tensor and the "
                     "written-to tensor refer to a single memory location. Please clone() the "
                     "tensor before performing the operation.");

@@ -15,9 +15,12 @@ struct OverlapRule {
   // Whether a written tensor may have elements sharing a location (an
   // expanded tensor); the engine then writes one value to each location.
   enum class Shared : uint8_t { Refused, Allowed, Deprecated } shared = Shared::Refused;
-  // The indexing ops refuse an input that is the written tensor itself, not
-  // only one that partly overlaps it.
+  // The indexing ops, cat, masked_select, kthvalue and cross (assert_no_overlap
+  // on the CPU) refuse an input that is the written tensor itself, not only one
+  // that partly overlaps it; those that write `self` (index_add, scatter, ...)
+  // take an out= that is `self` (`self_may_be_written`).
   bool refuses_full_overlap = false;
+  bool self_may_be_written = false;
   std::string op;  // for the deprecation warning
 };
 

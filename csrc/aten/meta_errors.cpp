@@ -1,15 +1,23 @@
 #include "aten/meta_errors.h"
 
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 
+#include <algorithm>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "aten/tensor_lists.h"
 
 namespace torch_tpu::aten {
 
@@ -94,14 +102,226 @@ std::optional<std::string> cpu_form(py::handle type, py::handle value, const std
 
 }  // namespace
 
-void rethrow_meta_error(std::exception_ptr error, const c10::OperatorName& op) {
+namespace {
+
+// Host copies of a call's tpu tensors with their layouts; tensors sharing a
+// storage share one copy of it, so the CPU's overlap checks see the aliasing.
+struct HostCopies {
+  std::vector<std::pair<const c10::StorageImpl*, at::Tensor>> storages;
+
+  at::Tensor convert(const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+    const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    const at::Tensor* host = nullptr;
+    for (const auto& [key, copy] : storages) {
+      if (key == impl) host = &copy;
+    }
+    if (!host) {
+      const int64_t elements = static_cast<int64_t>(t.storage().nbytes() / t.itemsize());
+      at::Tensor whole = at::empty({0}, t.options()).set_(t.storage(), 0, {elements}, {1});
+      // A fresh host allocation (a copy of no bytes has no address, which
+      // overlap checks take for no memory).
+      storages.emplace_back(impl, at::empty({elements}, t.options().device(c10::kCPU)));
+      storages.back().second.copy_(whole);
+      host = &storages.back().second;
+    }
+    at::Tensor copy = host->as_strided(t.sizes(), t.strides(), t.storage_offset());
+    if (t.is_conj()) copy = copy.conj();
+    if (t.is_neg()) copy = at::_neg_view(copy);
+    return copy;
+  }
+
+  c10::IValue convert(const c10::IValue& v) {
+    if (v.isGenerator()) return c10::IValue();  // a tpu generator; the CPU's default
+    return retargeted(v, [this](const at::Tensor& t) { return convert(t); }, c10::kCPU);
+  }
+};
+
+// Holds the warnings of a call, to give them only if the call raises.
+class HeldWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override { held_.push_back(warning); }
+  void give(c10::WarningHandler* to) {
+    for (const c10::Warning& w : held_) to->process(w);
+  }
+
+ private:
+  std::vector<c10::Warning> held_;
+};
+
+// The dtype a message of AT_DISPATCH names ("..." not implemented for 'Int'),
+// or "" for other errors.
+std::string dispatch_dtype(const std::string& message) {
+  static const std::regex not_implemented("\" not implemented for '([A-Za-z0-9]+)'");
+  std::smatch m;
+  return std::regex_search(message, m, not_implemented) ? m[1].str() : "";
+}
+
+// Half and BFloat16 kernels the CPU lacks, CUDA's have: tpu computes them
+// natively, as CUDA does, and does not take the CPU's lack for an answer.
+bool low_precision(const std::string& dtype) { return dtype == "Half" || dtype == "BFloat16"; }
+
+// Whether the CPU has PyTorch's own kernel for `op` to ask (torch_tpu's ops
+// and CUDA-only ones have none).
+bool has_cpu_kernel(const c10::OperatorHandle& op) {
+  return op.schema().name().rfind("aten::", 0) == 0 &&
+         op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU);
+}
+
+}  // namespace
+
+void raise_cpu_error(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  if (!has_cpu_kernel(op)) return;
+  torch::jit::Stack stack;
+  try {
+    HostCopies copies;
+    for (const c10::IValue& v : args) stack.push_back(copies.convert(v));
+  } catch (const std::exception&) {
+    return;  // the inputs cannot be read (a device error): the meta kernel's error stands
+  }
+  c10::WarningHandler* previous = c10::WarningUtils::get_warning_handler();
+  HeldWarnings held;
+  try {
+    c10::WarningUtils::WarningHandlerGuard guard(&held);
+    op.callBoxed(stack);
+  } catch (const c10::Error& e) {
+    if (low_precision(dispatch_dtype(e.what_without_backtrace()))) return;
+    held.give(previous);
+    throw;
+  } catch (...) {
+    held.give(previous);
+    throw;
+  }
+}
+
+namespace {
+
+// Drops the warnings of a probe.
+class DroppedWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+
+// Host stand-ins for a dtype probe: zero-filled CPU tensors of each tpu
+// tensor's dtype and sizes (each size at most 2 when the call is large, so a
+// probe stays cheap; its shapes then may not fit, and the probe decides
+// nothing).
+constexpr int64_t kProbeElements = 1 << 16;
+
+c10::IValue probe_stand_in(const c10::IValue& v, bool shrink) {
+  // A generator of its own: the probe leaves the CPU's default one as it was.
+  if (v.isGenerator()) return at::detail::createCPUGenerator();
+  auto stand_in = [shrink](const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+    std::vector<int64_t> sizes = t.sizes().vec();
+    if (shrink) {
+      for (int64_t& s : sizes) s = std::min<int64_t>(s, 2);
+    }
+    return at::zeros(sizes, t.options().device(c10::kCPU));
+  };
+  return retargeted(v, stand_in, c10::kCPU);
+}
+
+// The dtypes and other static values that decide which of a kernel's dtype
+// branches runs: tensors' dtypes (and whether they are empty: kernels return
+// early for no elements), Python numbers' kinds, dtype, string and bool arguments.
+std::string dtype_signature(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  std::string key = op.schema().name() + "." + op.schema().overload_name();
+  auto put = [&key](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  auto put_tensor = [&](const at::Tensor& t) {
+    put(t.defined() ? t.scalar_type() : at::ScalarType::Undefined);
+    put(t.defined() && t.numel() == 0);
+  };
+  const auto& schema_args = op.schema().arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = args[i];
+    if (v.isTensor() || v.isTensorList() || v.isOptionalTensorList()) {
+      put('t');
+      for_each_tensor(v, put_tensor);
+    } else if (v.isScalar() && !v.isBool()) {
+      put(v.toScalar().type());
+    } else if (v.isBool()) {
+      put(v.toBool());
+    } else if (v.isString()) {
+      key += v.toStringRef();
+      put('\0');
+    } else if (v.isInt() && i < schema_args.size()) {
+      c10::TypePtr type = schema_args[i].real_type();
+      if (type->kind() == c10::TypeKind::OptionalType) {
+        type = type->castRaw<c10::OptionalType>()->getElementType();
+      }
+      if (type->kind() == c10::TypeKind::ScalarTypeType) put(v.toInt());
+    }
+  }
+  return key;
+}
+
+std::optional<CpuRejection> probe(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  if (!has_cpu_kernel(op)) return std::nullopt;
+  int64_t elements = 0;
+  for (const c10::IValue& v : args) {
+    for_each_tensor(v, [&](const at::Tensor& t) { elements += t.defined() ? t.numel() : 0; });
+  }
+  torch::jit::Stack stack;
+  for (const c10::IValue& v : args) stack.push_back(probe_stand_in(v, elements > kProbeElements));
+  DroppedWarnings dropped;
+  c10::WarningUtils::WarningHandlerGuard guard(&dropped);
+  try {
+    op.callBoxed(stack);
+  } catch (const c10::Error& e) {
+    const std::string message = e.what_without_backtrace();
+    const std::string dtype = dispatch_dtype(message);
+    if (dtype.empty() || low_precision(dtype)) return std::nullopt;
+    return CpuRejection{dynamic_cast<const c10::NotImplementedError*>(&e) != nullptr, message};
+  } catch (python_error& e) {
+    py::gil_scoped_acquire gil;
+    e.persist();  // takes the indicator: the probe decides nothing
+  } catch (...) {
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+void CpuRejection::raise() const {
+  TORCH_CHECK_NOT_IMPLEMENTED(!not_implemented, message);
+  TORCH_CHECK(false, message);
+}
+
+std::optional<CpuRejection> cpu_dtype_rejection(const c10::OperatorHandle& op,
+                                                c10::ArrayRef<c10::IValue> args) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, std::optional<CpuRejection>> verdicts;
+  std::string key = dtype_signature(op, args);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = verdicts.find(key);
+    if (it != verdicts.end()) return it->second;
+  }
+  std::optional<CpuRejection> verdict = probe(op, args);
+  std::lock_guard<std::mutex> lock(mutex);
+  verdicts.emplace(std::move(key), verdict);
+  return verdict;
+}
+
+void rethrow_meta_error(std::exception_ptr error, const c10::OperatorHandle& handle,
+                        c10::ArrayRef<c10::IValue> args) {
+  // A Python error's indicator goes into its exception before anything else runs.
+  try {
+    std::rethrow_exception(error);
+  } catch (python_error& e) {
+    py::gil_scoped_acquire gil;
+    e.persist();
+  } catch (...) {
+  }
+  if (!args.empty()) raise_cpu_error(handle, args);
+  const c10::OperatorName& op = handle.operator_name();
   std::optional<std::string> message;
   try {
     std::rethrow_exception(error);
   } catch (python_error& e) {
     {
       py::gil_scoped_acquire gil;
-      e.persist();  // takes the Python error indicator into `e`
       message = cpu_form(e.type, e.value, op.name);
     }
     if (!message) throw;

@@ -1,20 +1,58 @@
 // Errors of PyTorch's Python meta kernels, as the CPU's kernels raise them.
 #pragma once
 
-#include <ATen/core/operator_name.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <exception>
 #include <memory>
+#include <optional>
+#include <string>
 
 namespace torch_tpu::aten {
 
-// Rethrows `error`, a failure of a meta kernel, as the CPU's kernel raises it. Some of
+// Rethrows `error`, a failure of operator `op`'s meta kernel on `args`, as the CPU's
+// kernel raises it. The CPU's kernel is asked first: it runs on host copies of the
+// arguments (their data read from the device, as an error is raised at the op anyway),
+// and its error, type and message, is raised. Meta kernels word many errors otherwise
+// (PyTorch's Python references print torch.Size and torch.float32, check broadcasting
+// in their own words, check in another order). Only where the CPU accepts the call is
+// the meta kernel's error raised, as follows (and where `args` is empty: stand-ins of
+// a call, not the user's). Some of
 // PyTorch's Python meta kernels check arguments with `raise AssertionError`
 // (squareCheckInputs of linalg) where the CPU's kernels raise RuntimeError (TORCH_CHECK):
 // those become RuntimeError, with the meta kernel's message. Messages the Python
 // references word otherwise (an unsafe cast into out=) or give as a tuple of strings
 // take the CPU's words; `op` is the operator whose meta kernel failed.
-[[noreturn]] void rethrow_meta_error(std::exception_ptr error, const c10::OperatorName& op);
+[[noreturn]] void rethrow_meta_error(std::exception_ptr error, const c10::OperatorHandle& op,
+                                     c10::ArrayRef<c10::IValue> args);
+
+// Runs the CPU's kernel of `op` on host copies of `args` (tensors sharing a storage
+// share its copy; a tpu generator or device becomes the CPU's): raises the CPU's
+// error, type and message, or returns when the CPU accepts the call. For calls
+// already known to fail: it waits for the device and reads every input.
+void raise_cpu_error(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
+
+// The CPU's refusal of a call's dtypes.
+struct CpuRejection {
+  bool not_implemented;  // NotImplementedError (AT_DISPATCH's), else RuntimeError
+  std::string message;
+  [[noreturn]] void raise() const;
+};
+
+// Whether the CPU's kernel of `op` is defined for the dtypes of `args`: where it is
+// not (AT_DISPATCH's `"foo_cpu" not implemented for 'Int'`), tpu raises the CPU's
+// error rather than computing what the CPU refuses. Learnt from the CPU's kernel
+// itself, once per dtype signature (the op, its tensors' dtypes and emptiness, its
+// numbers' kinds, its dtype, string and bool arguments), by running it on zero-filled
+// host stand-ins of the tensors: their own sizes, or at most 2 each when the call has
+// over 65536 elements (a probe whose shapes then do not fit decides nothing). Only an
+// AT_DISPATCH refusal counts; any other outcome accepts, so the probe never refuses
+// what the CPU accepts (a kernel that returns early for no elements, before its
+// dtype dispatch, is probed with empty stand-ins). Half and BFloat16 are accepted
+// where the CPU has no kernel for them: CUDA's kernels have, and tpu computes them
+// natively.
+std::optional<CpuRejection> cpu_dtype_rejection(const c10::OperatorHandle& op,
+                                                c10::ArrayRef<c10::IValue> args);
 
 // Drops, while it lives, the warnings meta kernels give when they resize an out=
 // tensor (PyTorch's Python references word them otherwise, and a cached meta result

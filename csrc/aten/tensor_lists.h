@@ -45,4 +45,13 @@ inline c10::IValue map_tensors(const c10::IValue& v,
   return v;
 }
 
+// A call's argument `v` for running the call on another device: each tensor
+// replaced by fn's, and a tpu device argument (factories name one) by `device`.
+inline c10::IValue retargeted(const c10::IValue& v,
+                              const std::function<at::Tensor(const at::Tensor&)>& fn,
+                              c10::Device device) {
+  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return device;
+  return map_tensors(v, fn);
+}
+
 }  // namespace torch_tpu::aten

@@ -427,6 +427,19 @@ std::vector<Value> linalg_lu(Context& c, const Args& a) {
   return unpack(c.b, f.lu, f.perm);
 }
 
+// The CPU's check of LU pivots (1-based rows, of `rows`): none below 1, and
+// with `above` too none above `rows`.
+void check_pivots(Context& c, const Value& pivots, int64_t rows, bool above, std::string message) {
+  Builder& b = c.b;
+  Value p = convert(b, pivots, ElementType::S64);
+  Value invalid = b.compare(p, b.full(p.shape, 1), hlo::Comparison::LT);
+  if (above) {
+    invalid = b.or_(invalid,
+                    b.compare(p, b.full(p.shape, static_cast<double>(rows)), hlo::Comparison::GT));
+  }
+  check_none(c, invalid, DataCheck::Error::Runtime, std::move(message));
+}
+
 // lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots) -> (P, L, U);
 // the parts not asked for are empty.
 std::vector<Value> lu_unpack(Context& c, const Args& a) {
@@ -443,6 +456,12 @@ std::vector<Value> lu_unpack(Context& c, const Args& a) {
     limits.back() = k;
     pivots = c.b.slice(pivots, Dims(pivots.rank(), 0), limits, Dims(pivots.rank(), 1));
   }
+  // The pivots it applies, when it unpacks them.
+  if (a.boolean(3)) {
+    check_pivots(c, pivots, lu.dim(-2), true,
+                 "pivots passed to lu_unpack must be between 1 and LU.size(-2) inclusive."
+                 "Did you properly pass the result of lu_factor?");
+  }
   std::vector<Value> out = unpack(c.b, lu, permutation_from_pivots(c.b, pivots, lu.dim(-2)));
   for (size_t i = 0; i < 3; ++i) {
     if (out[i].dims() != c.output(i).dims) out[i] = c.b.full(c.output(i), 0.0);
@@ -454,6 +473,12 @@ std::vector<Value> lu_unpack(Context& c, const Args& a) {
 std::vector<Value> linalg_lu_solve(Context& c, const Args& a) {
   Value lu = a.tensor(0);
   require_floating(lu);
+  check_pivots(c, a.tensor(1), lu.dim(-2), false,
+               "Pivots given to lu_solve must all be greater or equal to 1. Did you properly "
+               "pass the result of lu_factor?");
+  check_pivots(c, a.tensor(1), lu.dim(-2), true,
+               "Pivots given to lu_solve must all be smaller or equal to LU.size(-2). Did you "
+               "properly pass the result of lu_factor?");
   Value perm = permutation_from_pivots(c.b, a.tensor(1), lu.dim(-2));
   return {lu_solve(c.b, lu, perm, a.tensor(2), a.boolean(3), a.boolean(4))};
 }

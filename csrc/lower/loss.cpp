@@ -251,6 +251,16 @@ Nll nll_setup(Builder& b, const Args& a, size_t self, ElementType acc, int64_t i
   return n;
 }
 
+// The CPU's check of nll_loss's targets (forward and backward): each names a
+// class, but those equal to ignore_index, which may be anything.
+void check_targets(Context& c, const Value& targets, int64_t ignore_index, int64_t classes) {
+  Value target = convert(c.b, targets, kIndex);
+  Value ignored = c.b.compare(target, c.b.full(target.shape, static_cast<double>(ignore_index)),
+                              hlo::Comparison::EQ);
+  check_index_range(c, c.b.select(ignored, c.b.full(target.shape, 0), target), classes, false,
+                    DataCheck::Error::Index, "Target {} is out of bounds.");
+}
+
 // nll_loss_forward / nll_loss2d_forward(self, target, weight, reduction,
 // ignore_index) -> (output, total_weight). Unreduced batches report a total
 // weight of 0, as PyTorch's kernel leaves it.
@@ -259,12 +269,7 @@ std::vector<Value> nll_loss_forward(Context& c, const Args& a) {
   Value x = convert(c.b, a.tensor(0), acc);
   int64_t reduction = a.integer(3);
   Nll n = nll_setup(c.b, a, 0, acc, a.integer(4));
-  // Targets equal to ignore_index may be anything.
-  Value target = convert(c.b, a.tensor(1), kIndex);
-  Value ignored = c.b.compare(target, c.b.full(target.shape, static_cast<double>(a.integer(4))),
-                              hlo::Comparison::EQ);
-  check_index_range(c, c.b.select(ignored, c.b.full(target.shape, 0), target), x.dim(n.class_dim),
-                    false, DataCheck::Error::Index, "Target {} is out of bounds.");
+  check_targets(c, a.tensor(1), a.integer(4), x.dim(n.class_dim));
   Value zeros = c.b.full(x.shape, 0);
   Value picked = reduce_sum(c.b, c.b.select(n.hit, x, zeros), {n.class_dim});
   Value loss = c.b.mul(c.b.neg(picked), n.weight);
@@ -283,6 +288,7 @@ std::vector<Value> nll_loss_backward(Context& c, const Args& a) {
   ElementType acc = accumulation_type(out.type);
   int64_t reduction = a.integer(4);
   Nll n = nll_setup(c.b, a, 1, acc, a.integer(5));
+  check_targets(c, a.tensor(2), a.integer(5), a.tensor(1).dim(n.class_dim));
   Value g = convert(c.b, a.tensor(0), acc);
   if (reduction == kMean) g = c.b.div(g, convert(c.b, a.tensor(6), acc));
   g = c.b.neg(g);

@@ -2,10 +2,12 @@
 // `offsets`, and the gradients. Bags are computed on the device from the
 // offsets (offset2bag: the bag of every index), so nothing is data dependent.
 // Result shapes follow PyTorch's meta kernel (bag_size has one entry per
-// offset). Out-of-range indices (an error in PyTorch) read a clamped row and
-// their gradients are dropped by scatter.
+// offset). The forward checks the offsets and indices as the CPU's kernel
+// does (data checks); the gradients take the indices their forward checked.
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "lower/helpers.h"
 
@@ -121,6 +123,34 @@ Value first_max_positions(Builder& b, const Value& rows, const Value& kept, cons
                       b.select(hit, position, none), &Builder::min);
 }
 
+// The CPU's checks of embedding_bag's data, in its order: the first offset is
+// 0 and the last at most the number of indices, then every index names a row.
+// (The CPU's fbgemm kernels, for float sums and means without padding_idx,
+// word a bad index otherwise, and by where they meet it; this is the words of
+// its other kernels.)
+void check_offsets_and_indices(Context& c, const Value& offsets, const Value& indices,
+                               int64_t rows) {
+  Builder& b = c.b;
+  const int64_t count = offsets.shape.numel();
+  if (count > 0) {
+    Value off = b.reshape(convert(b, offsets, kIndex), {count});
+    Value first = b.reshape(b.slice(off, {0}, {1}, {1}), {});
+    Value last = b.reshape(b.slice(off, {count - 1}, {count}, {1}), {});
+    c.check({b.compare(first, b.constant(0, kIndex), hlo::Comparison::NE), first,
+             DataCheck::Error::Runtime,
+             "offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start "
+             "from position 0. However, got {}"});
+    const int64_t n = indices.shape.numel();
+    c.check({b.compare(last, b.constant(static_cast<double>(n), kIndex), hlo::Comparison::GT), last,
+             DataCheck::Error::Runtime,
+             "offsets[-1] can not be greater than input's length " + std::to_string(n) +
+                 " but got offsets[-1] of {}"});
+  }
+  check_index_range(c, indices, rows, false, DataCheck::Error::Runtime,
+                    "embedding_bag: Expected idx >= 0 && idx < num_embeddings but found idx to "
+                    "be {}");
+}
+
 // _embedding_bag / _embedding_bag_forward_only(weight, indices, offsets,
 //     scale_grad_by_freq, mode, sparse, per_sample_weights,
 //     include_last_offset, padding_idx)
@@ -134,6 +164,7 @@ std::vector<Value> embedding_bag(Context& c, const Args& a) {
   indices = c.b.reshape(indices, {n});
   std::vector<Value> zeros{c.b.full(out, 0), c.b.full(o2b_shape, 0), c.b.full(size_shape, 0),
                            c.b.full(max_shape, 0)};
+  check_offsets_and_indices(c, a.tensor(2), indices, a.tensor(0).dim(0));
   if (n == 0 || bags == 0 || width == 0) return zeros;
   ElementType acc = accumulation_type(out.type);
   Value bag = offset2bag(c.b, a.tensor(2), n, bags);
@@ -300,6 +331,28 @@ std::vector<Value> embedding_renorm(Context& c, const Args& a) {
   int64_t rows = w.dim(0);
   if (w.shape.numel() == 0) return {w};
   Value indices = flat_indices(c.b, a.tensor(1));
+  // The CPU selects each distinct index's row, in ascending order: select()
+  // takes negative indices from the end and refuses the first out of range.
+  if (indices.dim(0) > 0) {
+    Builder& b = c.b;
+    Value limit = index_constant(b, indices.shape, rows);
+    Value below = b.compare(indices, b.neg(limit), hlo::Comparison::LT);
+    Value above = b.compare(indices, limit, hlo::Comparison::GE);
+    Value most = b.broadcast_in_dim(b.constant_int(std::numeric_limits<int64_t>::max(), kIndex),
+                                    indices.dims(), {});
+    Value lowest_below = reduce_min(b, b.select(below, indices, most), {0});
+    Value lowest_above = reduce_min(b, b.select(above, indices, most), {0});
+    Value any_below = reduce_max(b, b.convert(below, kIndex), {0});
+    Value any_above = reduce_max(b, b.convert(above, kIndex), {0});
+    Value zero = b.constant(0, kIndex);
+    Value has_below = b.compare(any_below, zero, hlo::Comparison::NE);
+    c.check({b.or_(has_below, b.compare(any_above, zero, hlo::Comparison::NE)),
+             b.select(has_below, lowest_below, lowest_above), DataCheck::Error::Index,
+             "select(): index {} out of range for tensor of size [" + std::to_string(rows) + ", " +
+                 std::to_string(w.dim(1)) + "] at dimension 0"});
+    indices = b.select(b.compare(indices, index_constant(b, indices.shape, 0), hlo::Comparison::LT),
+                       b.add(indices, limit), indices);
+  }
   double max_norm = a.real(2), p = a.real(3);
   ElementType acc = accumulation_type(w.type());
   Value x = c.b.abs(convert(c.b, w, acc));

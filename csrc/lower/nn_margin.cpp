@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
 
 #include "lower/helpers.h"
 
@@ -89,6 +90,8 @@ std::vector<Value> multi_margin_loss(Context& c, const Args& a) {
   const Shape& out = c.output(0);
   Samples s = samples(c.b, a.tensor(0), accumulation_type(out.type));
   if (s.n == 0 || s.classes == 0) return {c.b.full(out, a.integer(5) == kMean ? NAN : 0)};
+  check_index_range(c, a.tensor(1), s.classes, false, DataCheck::Error::Runtime,
+                    "target out of range");
   auto m = multi_margin_terms(c.b, s, a.tensor(1), a.tensor(3), a.optional_tensor(4));
   Value h = c.b.select(is_one(c.b, a.tensor(2), m.z), m.z, c.b.mul(m.z, m.z));
   if (m.w_target) h = c.b.mul(h, *m.w_target);
@@ -105,6 +108,8 @@ std::vector<Value> multi_margin_loss_backward(Context& c, const Args& a) {
   const Shape& out = c.output(0);
   Samples s = samples(c.b, a.tensor(1), accumulation_type(out.type));
   if (s.n == 0 || s.classes == 0) return {c.b.full(out, 0)};
+  check_index_range(c, a.tensor(2), s.classes, false, DataCheck::Error::Runtime,
+                    "target out of range");
   auto m = multi_margin_terms(c.b, s, a.tensor(2), a.tensor(4), a.optional_tensor(5));
   Value dh =
       c.b.select(is_one(c.b, a.tensor(3), m.z), like(c.b, m.z, 1), c.b.mul(like(c.b, m.z, 2), m.z));
@@ -139,6 +144,17 @@ struct MultilabelTerms {
   Value names, z, counted, is_target;  // is_target [N, C] in x's type
 };
 
+// The CPU's check of multilabel_margin_loss's targets: each in [-1, C), the
+// argument named by its position (`arg`) as TensorArg prints it.
+void check_multilabel_targets(Context& c, const Value& target, int64_t classes, int arg) {
+  Value t = convert(c.b, target, kIndex);
+  Value invalid =
+      c.b.or_(c.b.compare(t, like(c.b, t, -1), hlo::Comparison::LT),
+              c.b.compare(t, like(c.b, t, static_cast<double>(classes)), hlo::Comparison::GE));
+  check_none(c, invalid, DataCheck::Error::Runtime,
+             "argument #" + std::to_string(arg) + " 'target' is out of range");
+}
+
 MultilabelTerms multilabel_terms(Builder& b, const Samples& s, const Value& target) {
   const Value& x = s.x;
   Value t = b.reshape(convert(b, target, kIndex), {s.n, s.classes});
@@ -167,6 +183,7 @@ std::vector<Value> multilabel_margin_loss_forward(Context& c, const Args& a) {
   if (s.n == 0 || s.classes == 0) {
     return {c.b.full(out, a.integer(2) == kMean ? NAN : 0), c.b.full(is_target_shape, 0)};
   }
+  check_multilabel_targets(c, a.tensor(1), s.classes, 2);
   auto m = multilabel_terms(c.b, s, a.tensor(1));
   Value sum = reduce_sum(c.b, c.b.select(m.counted, m.z, like(c.b, m.z, 0)), {1, 2});
   Value loss = c.b.div(sum, like(c.b, sum, static_cast<double>(s.classes)));
@@ -180,6 +197,7 @@ std::vector<Value> multilabel_margin_loss_backward(Context& c, const Args& a) {
   const Shape& out = c.output(0);
   Samples s = samples(c.b, a.tensor(1), accumulation_type(out.type));
   if (s.n == 0 || s.classes == 0) return {c.b.full(out, 0)};
+  check_multilabel_targets(c, a.tensor(2), s.classes, 3);
   auto m = multilabel_terms(c.b, s, a.tensor(2));
   ElementType t = s.x.type();
   Value counted = c.b.convert(m.counted, t);

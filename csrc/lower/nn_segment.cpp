@@ -83,11 +83,46 @@ Dims cube_dims(const Value& data, const Segments& s) {
   return dims;
 }
 
+// The CPU's checks of the segments: unless `unsafe`, lengths not negative and
+// summing to the data's size along the axis; offsets never decreasing.
+void check_segments(Context& c, const Args& a, int64_t size) {
+  Builder& b = c.b;
+  if (!a.is_none(2) && !a.boolean(6)) {
+    Value len = convert(b, a.tensor(2), kIndex);
+    check_none(c, b.compare(len, like(b, len, 0), hlo::Comparison::LT), DataCheck::Error::Runtime,
+               "lengths contains negative value!");
+    if (len.rank() > 0) {
+      Value sums = reduce_sum(b, len, {len.rank() - 1});
+      check_none(c, b.compare(sums, like(b, sums, static_cast<double>(size)), hlo::Comparison::NE),
+                 DataCheck::Error::Runtime,
+                 "segment_reduce(): Expected all rows of lengths along axis to sum to "
+                 "data.size(lengths.dim()-1) when !unsafe.");
+    }
+  }
+  if (a.is_none(2) && !a.is_none(4)) {
+    Value off = convert(b, a.tensor(4), kIndex);
+    const int64_t last = off.rank() - 1;
+    if (last >= 0 && off.dim(last) > 1) {
+      Dims start(off.rank(), 0), limit = off.dims(), strides(off.rank(), 1);
+      limit[last] -= 1;
+      Value lower = b.slice(off, start, limit, strides);
+      start[last] = 1;
+      Value upper = b.slice(off, start, off.dims(), strides);
+      check_none(c, b.compare(upper, lower, hlo::Comparison::LT), DataCheck::Error::Runtime,
+                 "Expected segment_length >= 0 to be true, but got false.  (Could this error "
+                 "message be improved?  If so, please report an enhancement request to "
+                 "PyTorch.)");
+    }
+  }
+}
+
 // segment_reduce(data, reduce, *, lengths, indices, offsets, axis, unsafe, initial)
 std::vector<Value> segment_reduce(Context& c, const Args& a) {
   const Shape& out = c.output(0);
   const std::string& reduce = a.str(1);
   if (!a.is_none(3) && a.is_none(2) && a.is_none(4)) throw Unsupported("segment_reduce indices");
+  const Value& input = a.tensor(0);
+  check_segments(c, a, input.dim(wrap_dim(a.integer(5), input.rank())));
   ElementType acc = accumulation_type(out.type);
   if (out.numel() == 0) return {c.b.full(out, 0)};
   Value data = convert(c.b, a.tensor(0), acc);

@@ -3,6 +3,7 @@
 // starts drawn from the `random_samples` argument) with its gradient.
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "lower/helpers.h"
 
@@ -49,11 +50,24 @@ Value scatter_to_planes(Builder& b, const Value& values, const Value& indices, c
 // max_unpool3d(self, indices, output_size, stride, padding). Overlapping
 // pooling windows repeat an index with the same value, so the order of
 // writes does not matter.
+// The CPU refuses an index outside the output plane ("4x4", "2x4x4").
+void check_unpool_indices(Context& c, const Value& indices, const Shape& out, size_t k) {
+  const size_t lead = out.dims.size() - k;
+  std::string plane;
+  for (size_t d = lead; d < out.dims.size(); ++d) {
+    plane += (d > lead ? "x" : "") + std::to_string(out.dims[d]);
+  }
+  check_index_range(c, indices, product(out.dims, lead), false, DataCheck::Error::Runtime,
+                    "Found an invalid max index: {} (output volumes are of size " + plane + ")");
+}
+
 std::vector<Value> max_unpool2d(Context& c, const Args& a) {
+  check_unpool_indices(c, a.tensor(1), c.output(0), 2);
   return {scatter_to_planes(c.b, a.tensor(0), a.tensor(1), c.output(0), 2, false)};
 }
 
 std::vector<Value> max_unpool3d(Context& c, const Args& a) {
+  check_unpool_indices(c, a.tensor(1), c.output(0), 3);
   return {scatter_to_planes(c.b, a.tensor(0), a.tensor(1), c.output(0), 3, false)};
 }
 
@@ -108,7 +122,14 @@ std::vector<Value> fractional_max_pool(Context& c, const Args& a, size_t k) {
   Dims in(x.dims().begin() + lead, x.dims().end()), pooled(out.dims.begin() + lead, out.dims.end());
   IntList kernel = a.ints(1);
   if (kernel.size() == 1) kernel = IntList(k, kernel[0]);
-  Value samples = c.b.reshape(convert(c.b, a.tensor(3), x.type()), {planes, int64_t(k)});
+  // The CPU reads plane p's samples at p * k of the contiguous samples: the first
+  // planes * k of them (an unbatched input takes the first batch's of [N, C, k]).
+  Value all = a.tensor(3);
+  Value samples = c.b.reshape(all, {all.shape.numel()});
+  if (all.shape.numel() > planes * int64_t(k)) {
+    samples = c.b.slice(samples, {0}, {planes * int64_t(k)}, {1});
+  }
+  samples = c.b.reshape(convert(c.b, samples, x.type()), {planes, int64_t(k)});
 
   // Per output element and window offset, the flat position in the plane:
   // dims [planes, out_0..out_k-1, kernel_0..kernel_k-1].

@@ -410,7 +410,11 @@ Values searchsorted(Context& c, const Args& a) {
   Value values = a.tensor(1);
   bool right = a.boolean(3) || (!a.is_none(4) && a.str(4) == "right");
   if (seq.dim(-1) == 0 || c.output(0).numel() == 0) return {c.b.full(c.output(0), 0)};
-  if (auto sorter = a.optional_tensor(5)) seq = apply_sorter(c.b, seq, *sorter);
+  if (auto sorter = a.optional_tensor(5)) {
+    check_index_range(c, *sorter, seq.dim(-1), false, DataCheck::Error::Runtime,
+                      "torch.searchsorted(): sorter index out of range");
+    seq = apply_sorter(c.b, seq, *sorter);
+  }
   return {c.b.reshape(search(c.b, seq, values, right, c.output(0).type), c.output(0).dims)};
 }
 
