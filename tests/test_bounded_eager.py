@@ -6,7 +6,10 @@ compiles a program. The suite runs in every eager mode."""
 
 from __future__ import annotations
 
+import copy
 import itertools
+import math
+import os
 import warnings
 
 import pytest
@@ -192,7 +195,7 @@ def test_mark_dynamic_keeps_the_values_and_the_tensor():
 def test_an_op_that_cannot_run_at_the_bounds_runs_per_size_with_a_warning():
     # flip reads the varying dimension from its end, where the padding is: it runs at
     # its operand's own sizes, correctly.
-    with pytest.warns(UserWarning, match="flip runs at each size"):
+    with pytest.warns(UserWarning, match="aten::flip on tpu compiles a program for each length"):
         made = check_sizes(lambda x: torch.flip(x, [1]) * 2, lambda n: [randn(2, n, 8)])
     assert all(m >= 1 for m in made)
 
@@ -271,7 +274,7 @@ def test_a_split_that_cannot_tell_its_varying_dimension_runs_per_size():
     # [n * 4] split as [n, 4] is clear (only n can hold the bound 16 * 4); split as
     # [2, 2 * n] it is not (either could), and the op runs at the sizes.
     x = randn(2, 8, 4)
-    with pytest.warns(UserWarning, match="mul runs at each size"):
+    with pytest.warns(UserWarning, match="aten::mul on tpu compiles a program for each length"):
         got = (marked(x).view(2, 2, 16) * 2).cpu()
     torch.testing.assert_close(got, x.view(2, 2, 16) * 2)
 
@@ -464,3 +467,90 @@ def test_generate_with_the_default_dynamic_cache_stops_compiling_per_token():
     # Past the first four tokens nothing compiles: the cache (7 + 32 tokens) stays
     # within its first bound, 64.
     assert sum(per_token[4:]) == 0, per_token
+
+
+class PositionalEncoding(nn.Module):
+    """pytorch/examples word_language_model's: a fixed table sliced to the input's length."""
+
+    def __init__(self, width, max_len=500):
+        super().__init__()
+        position = torch.arange(max_len).float().unsqueeze(1)
+        div = torch.exp(torch.arange(0, width, 2).float() * (-math.log(10000.0) / width))
+        pe = torch.zeros(max_len, width)
+        pe[:, 0::2] = torch.sin(position * div)
+        pe[:, 1::2] = torch.cos(position * div)
+        self.register_buffer("pe", pe.unsqueeze(1))
+
+    def forward(self, x):
+        return x + self.pe[: x.size(0), :]
+
+
+class WordModel(nn.Module):
+    def __init__(self, tokens=50, width=16):
+        super().__init__()
+        self.width = width
+        self.embed = nn.Embedding(tokens, width)
+        self.position = PositionalEncoding(width)
+        layer = nn.TransformerEncoderLayer(width, 2, 32, dropout=0.0)
+        self.encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.decode = nn.Linear(width, tokens)
+
+    def forward(self, src):
+        x = self.position(self.embed(src) * math.sqrt(self.width))
+        return torch.log_softmax(self.decode(self.encoder(x)), dim=-1)
+
+
+def test_a_generation_loop_growing_by_one_token_compiles_a_few_programs():
+    # word_language_model's generate.py: the input grows by `cat` at each step and the
+    # positional table is sliced to its length (`pe[:x.size(0)]`), which compiled a
+    # program per length (1,612 for 100 words). The slice is read at the input's bound.
+    torch.manual_seed(0)
+    cpu = WordModel().eval()
+    model = copy.deepcopy(cpu).to("tpu")
+    g = torch.Generator().manual_seed(1)
+    words = torch.randint(50, (1, 1))
+    tokens = words.to("tpu")
+    made = []  # programs compiled at each step
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(100):
+            before = programs()
+            weights = model(tokens)[-1].squeeze().exp().cpu()
+            word = torch.multinomial(weights, 1, generator=g)[0]
+            tokens = torch.cat([tokens, torch.tensor([[int(word)]], device="tpu")], 0)
+            made.append(programs() - before)
+    assert not [str(w.message) for w in caught if "tpu" in str(w.message)]
+    # Lengths 1 and 2 run at their sizes, the cat of length 3 takes a bound (64); then
+    # only the steps where the input outgrows it (to 128) compile.
+    compiling = [step for step, n in enumerate(made) if n]
+    assert set(compiling) <= {0, 1, 2, 3, 63, 64, 65}, made
+    if os.environ.get("TORCH_TPU_EAGER_MODE") == "defer_and_fuse":
+        assert sum(made) <= 8, made
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens).cpu(), cpu(tokens.cpu()), rtol=1e-4, atol=1e-4)
+
+
+def test_indexing_a_varying_dimension_runs_at_the_bounds():
+    # nanoGPT's `x[:, [-1], :]`: a negative index counts from the valid size, which the
+    # program reads as it runs, so one program serves every length.
+    made = check_sizes(
+        lambda x, i: (x[:, [-1], :], x[:, i], x[i.abs() % 2]),
+        lambda n: [randn(2, n, 8), longs(0, -2)],
+    )
+    assert made == [0] * len(made), made
+
+
+def longs(*values):
+    return torch.tensor(values)
+
+
+@pytest.mark.parametrize("index", [7, -8])
+def test_an_index_past_the_valid_size_raises_the_cpus_error(index):
+    # 7 is inside the bound (16) but past the size (5): the check uses the valid size.
+    x = randn(2, 5, 3)
+    with pytest.raises(IndexError) as cpu:
+        x[:, [index]]
+    t = marked(x)
+    with pytest.raises(IndexError) as tpu:
+        t[:, torch.tensor([index], device="tpu")].cpu()
+    assert str(cpu.value) in str(tpu.value)

@@ -439,9 +439,16 @@ void warn_per_size(const c10::OperatorHandle& op, const std::string& why) {
   static std::mutex mutex;
   static auto* warned = new std::unordered_set<std::string>();
   std::lock_guard<std::mutex> lock(mutex);
-  if (!warned->insert(op.schema().name()).second) return;
-  TORCH_WARN(op.schema().name(), " runs at each size of its operands of bounded varying size (",
-             why, "): it compiles a program per size");
+  if (!warned->insert(op.schema().name() + why).second) return;
+  // No source location: Python reports the warning at the user's line, without
+  // a "Triggered internally at" path inside the backend.
+  c10::warn(c10::Warning(
+      c10::UserWarning(), c10::SourceLocation{__func__, nullptr, 0},
+      c10::str(op.schema().name(), " on tpu compiles a program for each length of a tensor ",
+               "whose length changes from call to call (", why,
+               "); a loop that grows a sequence by a token compiles one a step. Padding to a few "
+               "lengths, or torch.compile of the step, compiles fewer."),
+      /*verbatim=*/false));
 }
 
 namespace {
@@ -490,6 +497,8 @@ bool keeps_valid_entries(const c10::OperatorHandle& op) {
       "aten::cumsum",
       "aten::cumprod",
       "aten::index_select",
+      "aten::index",  // negative indices count from the valid size (runtime_size)
+      "aten::_unsafe_index",
       "aten::fill_",
       "aten::zero_",
       "aten::full_like",
@@ -511,21 +520,37 @@ at::Tensor at_bounds(const at::Tensor& t, const BoundedPlan::Operand& in, int64_
   return over_storage_of(t, sizes, in.view.strides, in.view.offset);
 }
 
-// `t` read with its broadcast dimensions (stride 0: a sum's expanded gradient, a
-// scalar made the size of a varying tensor) stretched to the bound that
-// `bound_of(d)` gives dimension d (less than its size: none): along them it has
-// one value, so read at the bound it fits bounded operands there. Nullopt when
-// no dimension stretches.
+// Whether `t` read with dimension d at `size` stays within its storage: a slice
+// of a larger buffer (`pe[:x.size(0)]`, a causal mask's `bias[:, :, :n, :n]`).
+bool storage_holds(const at::Tensor& t, int64_t d, int64_t size) {
+  if (t.stride(d) <= 0) return false;
+  int64_t last = t.storage_offset();
+  for (int64_t k = 0; k < t.dim(); ++k) {
+    if (t.stride(k) < 0) return false;
+    last += ((k == d ? size : t.size(k)) - 1) * t.stride(k);
+  }
+  return last < static_cast<int64_t>(t.storage().nbytes() / t.dtype().itemsize());
+}
+
+// `t` read with some dimensions at the bound that `bound_of(d)` gives dimension d
+// (less than its size: none), so that it fits bounded operands there: its
+// broadcast dimensions (stride 0: a sum's expanded gradient, a scalar made the
+// size of a varying tensor), which have one value along them, and, with
+// `slices`, dimensions its storage holds at the bound (a static buffer sliced to
+// a varying length), whose entries past the size only meet padding. Nullopt when
+// no dimension changes.
 std::optional<BoundedPlan::Operand> stretched(const at::Tensor& t,
-                                              const std::function<int64_t(int64_t)>& bound_of) {
+                                              const std::function<int64_t(int64_t)>& bound_of,
+                                              bool slices = false) {
   if (!is_tpu(t) || t.dim() == 0) return std::nullopt;
   BoundedPlan::Operand in{t.unsafeGetTensorImpl(), view_of(t),
                           std::vector<bool>(static_cast<size_t>(t.dim()), false)};
   bool any = false;
   for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.stride(d) != 0 || t.size(d) <= 1) continue;
+    if (t.size(d) <= 1) continue;
     const int64_t bound = bound_of(d);
     if (bound < t.size(d)) continue;
+    if (t.stride(d) != 0 && !(slices && storage_holds(t, d, bound))) continue;
     in.view.sizes[d] = bound;
     in.varies[d] = any = true;
   }
@@ -781,7 +806,7 @@ std::optional<BoundedPlan> plan_bounded(
     for_each_tensor(v, [&](const at::Tensor& t) {
       if (!t.defined() || plan.view(t)) return;
       auto bound_of = [&](int64_t d) { return aligned_bound(t, d, bounded); };
-      if (auto in = stretched(t, bound_of)) plan.inputs.push_back(std::move(*in));
+      if (auto in = stretched(t, bound_of, /*slices=*/true)) plan.inputs.push_back(std::move(*in));
     });
   }
   auto meta_with = [&](int64_t shrink) {

@@ -50,8 +50,15 @@ void raise_data_check(const int64_t code[2]) {
     check = it->second;
   }
   std::string message = check.message;
+  int64_t value = code[1];
+  const std::string size_placeholder = lower::kSizePlaceholder;
+  auto size_at = message.find(size_placeholder);
+  if (size_at != std::string::npos) {
+    message.replace(size_at, size_placeholder.size(), std::to_string(value & 0xFFFFFFFF));
+    value >>= 32;  // arithmetic: a negative index stays negative
+  }
   auto at = message.find("{}");
-  if (at != std::string::npos) message.replace(at, 2, std::to_string(code[1]));
+  if (at != std::string::npos) message.replace(at, 2, std::to_string(value));
   throw DataCheckFailure(message + " (" + check.op +
                              ": checked on the tpu device, raised at the next synchronization)",
                          check.index_error);

@@ -37,7 +37,7 @@ std::vector<Value> index_select(Context& c, const Args& a) {
   int64_t dim = wrap_dim(a.integer(1), x.rank());
   Value index = a.tensor(2);
   index = c.b.reshape(index, {index.shape.numel()});
-  check_index_range(c, index, x.dim(dim), false, DataCheck::Error::Index,
+  check_index_range(c, index, runtime_size(c.b, x, dim), false, DataCheck::Error::Index,
                     "index out of range in self");
   // Every index into an empty dimension fails the check; XLA refuses the
   // gather. (A larger self is refused on the host: argument_checks.cpp.)

@@ -436,17 +436,47 @@ Value scatter_add_along(Builder& b, const Value& g, int64_t dim, const Dims& idx
 
 void check_index_range(Context& c, const Value& index, int64_t size, bool negative_ok,
                        DataCheck::Error error, std::string message) {
+  check_index_range(c, index, scalar(c.b, static_cast<double>(size), ElementType::S64), negative_ok,
+                    error, std::move(message));
+}
+
+void check_index_range(Context& c, const Value& index, const Value& size, bool negative_ok,
+                       DataCheck::Error error, std::string message) {
   if (index.shape.numel() == 0) return;
   Builder& b = c.b;
   Value i = convert(b, index, ElementType::S64);
   Dims all = reduction_dims({}, i.rank());
   Value high = reduce_max(b, i, all), low = reduce_min(b, i, all);
-  Value above =
-      b.compare(high, scalar(b, static_cast<double>(size), ElementType::S64), hlo::Comparison::GE);
-  Value below =
-      b.compare(low, scalar(b, negative_ok ? -static_cast<double>(size) : 0.0, ElementType::S64),
-                hlo::Comparison::LT);
-  c.check({b.or_(above, below), b.select(above, high, low), error, std::move(message)});
+  Value above = b.compare(high, size, hlo::Comparison::GE);
+  Value lowest = negative_ok ? b.neg(size) : scalar(b, 0.0, ElementType::S64);
+  Value below = b.compare(low, lowest, hlo::Comparison::LT);
+  Value value = b.select(above, high, low);
+  if (message.find(kSizePlaceholder) != std::string::npos) {
+    // The index in the high half, the size in the low one (DataCheck's packing).
+    value = b.add(b.mul(value, scalar(b, 4294967296.0, ElementType::S64)), size);
+  }
+  c.check({b.or_(above, below), value, error, std::move(message)});
+}
+
+Value wrap_index(Builder& b, const Value& index, const Value& size, bool clamp) {
+  Value i = convert(b, index, ElementType::S64);
+  Value n = broadcast_to(b, size, i.dims());
+  if (clamp) i = b.clamp(b.neg(n), i, b.sub(n, b.full(n.shape, 1)));
+  Value negative = b.compare(i, b.full(i.shape, 0), hlo::Comparison::LT);
+  return b.select(negative, b.add(i, n), i);
+}
+
+Value wrap_index(Builder& b, const Value& index, int64_t size, bool clamp) {
+  return wrap_index(b, index, scalar(b, static_cast<double>(size), ElementType::S64), clamp);
+}
+
+Value runtime_size(Builder& b, const Value& x, int64_t dim) {
+  if (!b.has_dynamic_sizes()) return scalar(b, static_cast<double>(x.dim(dim)), ElementType::S64);
+  // Count the entries of one line along `dim` (XLA masks the padding in a sum).
+  Dims start(x.rank(), 0), limit(x.rank(), 1), strides(x.rank(), 1);
+  limit[dim] = x.dim(dim);
+  Value line = b.slice(x, start, limit, strides);
+  return reduced_count(b, line, all_dims(x.rank()), ElementType::S64);
 }
 
 void check_none(Context& c, const Value& invalid, DataCheck::Error error, std::string message) {

@@ -86,6 +86,18 @@ ElementType accumulation_type(ElementType t);
 // index goes (the largest above the range, else the smallest below it).
 void check_index_range(Context& c, const Value& index, int64_t size, bool negative_ok,
                        DataCheck::Error error, std::string message);
+// The same against a size known as the program runs (an s64 scalar, see
+// runtime_size); "{size}" in `message` stands for it.
+void check_index_range(Context& c, const Value& index, const Value& size, bool negative_ok,
+                       DataCheck::Error error, std::string message);
+// `index` as s64 with negative entries counted back from `size` (an s64 scalar,
+// or a static size); with `clamp`, first clamped into [-size, size).
+Value wrap_index(Builder& b, const Value& index, const Value& size, bool clamp = false);
+Value wrap_index(Builder& b, const Value& index, int64_t size, bool clamp = false);
+// The size of dimension `dim` of `x` as the program runs, an s64 scalar: in a
+// program with bounded dynamic sizes the valid size (not the bound), else the
+// static one.
+Value runtime_size(Builder& b, const Value& x, int64_t dim);
 // The CPU's check that no element of the pred `invalid` holds.
 void check_none(Context& c, const Value& invalid, DataCheck::Error error, std::string message);
 

@@ -16,11 +16,6 @@ using hlo::Comparison;
 using Values = std::vector<Value>;
 
 // s64 indices with negative values wrapped by `size`.
-Value wrap_index(Builder& b, const Value& index, int64_t size) {
-  Value i = convert(b, index, ElementType::S64);
-  Value negative = b.compare(i, b.full(i.shape, 0), Comparison::LT);
-  return b.select(negative, b.add(i, b.full(i.shape, static_cast<double>(size))), i);
-}
 
 Dims iota_dims(int64_t n) {
   Dims d(n);

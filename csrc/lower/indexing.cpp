@@ -15,21 +15,15 @@ namespace {
 // s64 indices with negative values wrapped by `size`; `clamp` first brings
 // them into [-size, size - 1] (masked forms, whose masked-off indices may be
 // anything).
-Value wrap_index(Builder& b, const Value& index, int64_t size, bool clamp = false) {
-  Value i = convert(b, index, ElementType::S64);
-  if (clamp) {
-    i = b.clamp(b.full(i.shape, static_cast<double>(-size)), i,
-                b.full(i.shape, static_cast<double>(size - 1)));
-  }
-  Value negative = b.compare(i, b.full(i.shape, 0), hlo::Comparison::LT);
-  return b.select(negative, b.add(i, b.full(i.shape, static_cast<double>(size))), i);
-}
 
 // "index 5 is out of bounds for dimension 1 with size 3": the CPU's message
 // for an index outside [-size, size) of gather, scatter and x[idx].
+std::string out_of_bounds(int64_t dim, const std::string& size) {
+  return "index {} is out of bounds for dimension " + std::to_string(dim) + " with size " + size;
+}
+
 std::string out_of_bounds(int64_t dim, int64_t size) {
-  return "index {} is out of bounds for dimension " + std::to_string(dim) + " with size " +
-         std::to_string(size);
+  return out_of_bounds(dim, std::to_string(size));
 }
 
 // Full coordinates for gather/scatter along `dim`: for every element of
@@ -141,11 +135,17 @@ Advanced advanced(Context& c, const Value& x, const std::vector<std::optional<Op
     if (!list[d]) continue;
     ElementType t = list[d]->value.type();
     if (t == ElementType::Pred || t == ElementType::U8) throw Unsupported("boolean mask indices");
-    int64_t dim = static_cast<int64_t>(d), size = x.dim(dim);
+    int64_t dim = static_cast<int64_t>(d);
+    // The CPU's message numbers the indexed dimensions only (x[:, [7]] of a [2, 5]
+    // tensor: "for dimension 0 with size 5").
+    const int64_t nth = static_cast<int64_t>(adv.indexed.size());
     adv.indexed.push_back(dim);
+    // At the bounds, a negative index counts from the valid size, not the bound.
+    Value size = runtime_size(b, x, dim);
     if (checked) {
       check_index_range(c, list[d]->value, size, true, DataCheck::Error::Index,
-                        out_of_bounds(dim, size));
+                        b.has_dynamic_sizes() ? out_of_bounds(nth, kSizePlaceholder)
+                                              : out_of_bounds(nth, x.dim(dim)));
     }
     idx.push_back(wrap_index(b, list[d]->value, size, clamp));
   }

@@ -90,10 +90,14 @@ class Args {
 // a valid probability). Rules cannot see data, so the program computes it:
 // the engine raises the CPU's exception at the next point where the host
 // waits anyway, naming the op (and at the op in the debug eager mode).
+inline constexpr const char* kSizePlaceholder = "{size}";
+
 struct DataCheck {
   enum class Error : uint8_t { Runtime, Index };  // RuntimeError or IndexError
   Value failed;                                   // pred scalar: the CPU would raise
-  Value value;                                    // s64 scalar written where `message` has "{}"
+  // s64 scalar written where `message` has "{}"; where it also has
+  // kSizePlaceholder, value holds that "{}" times 2^32 plus the size.
+  Value value;
   Error error = Error::Runtime;
   std::string message;  // the CPU's
 };
