@@ -8,6 +8,8 @@
 
 #include <algorithm>
 
+#include "aten/meta_errors.h"
+
 namespace torch_tpu::aten {
 
 namespace {
@@ -241,8 +243,9 @@ at::Tensor lexicographic_order(const at::Tensor& rows) {
   return order;
 }
 
-UniqueResult unique2_tpu(const at::Tensor& self, bool /*sorted*/, bool return_inverse,
+UniqueResult unique2_tpu(const at::Tensor& self, bool sorted, bool return_inverse,
                          bool return_counts) {
+  refuse_as_cpu("aten::_unique2", "", {self, sorted, return_inverse, return_counts});
   // Always sorted, like CUDA.
   at::Tensor flat = self.reshape({-1});
   auto [keys, order] = flat.sort(/*stable=*/true, 0, false);
@@ -280,18 +283,21 @@ UniqueResult unique_rows(const at::Tensor& self, int64_t dim, bool sort, bool re
                        return_counts);
 }
 
-UniqueResult unique_dim_tpu(const at::Tensor& self, int64_t dim, bool /*sorted*/,
-                            bool return_inverse, bool return_counts) {
+UniqueResult unique_dim_tpu(const at::Tensor& self, int64_t dim, bool sorted, bool return_inverse,
+                            bool return_counts) {
+  refuse_as_cpu("aten::unique_dim", "", {self, dim, sorted, return_inverse, return_counts});
   return unique_rows(self, dim, true, return_inverse, return_counts);
 }
 
 UniqueResult unique_dim_consecutive_tpu(const at::Tensor& self, int64_t dim, bool return_inverse,
                                         bool return_counts) {
+  refuse_as_cpu("aten::unique_dim_consecutive", "", {self, dim, return_inverse, return_counts});
   return unique_rows(self, dim, false, return_inverse, return_counts);
 }
 
 UniqueResult unique_consecutive_tpu(const at::Tensor& self, bool return_inverse, bool return_counts,
                                     std::optional<int64_t> dim) {
+  refuse_as_cpu("aten::unique_consecutive", "", {self, return_inverse, return_counts, dim});
   if (dim) return unique_rows(self, *dim, false, return_inverse, return_counts);
   at::Tensor flat = self.reshape({-1});
   at::Tensor order = at::arange(flat.numel(), flat.options().dtype(at::kLong));

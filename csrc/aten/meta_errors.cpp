@@ -172,13 +172,11 @@ bool has_cpu_kernel(const c10::OperatorHandle& op) {
 
 void raise_cpu_error(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   if (!has_cpu_kernel(op)) return;
+  // Reading the inputs is a synchronisation: an earlier op's failed data
+  // check is raised here, as at any other.
   torch::jit::Stack stack;
-  try {
-    HostCopies copies;
-    for (const c10::IValue& v : args) stack.push_back(copies.convert(v));
-  } catch (const std::exception&) {
-    return;  // the inputs cannot be read (a device error): the meta kernel's error stands
-  }
+  HostCopies copies;
+  for (const c10::IValue& v : args) stack.push_back(copies.convert(v));
   c10::WarningHandler* previous = c10::WarningUtils::get_warning_handler();
   HeldWarnings held;
   try {
@@ -228,29 +226,34 @@ c10::IValue probe_stand_in(const c10::IValue& v, bool shrink) {
 std::string dtype_signature(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   std::string key = op.schema().name() + "." + op.schema().overload_name();
   auto put = [&key](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  // Kernels take other paths (before their dtype dispatch) for 0-dim tensors
+  // (cumsum copies one) and for none or one element.
   auto put_tensor = [&](const at::Tensor& t) {
     put(t.defined() ? t.scalar_type() : at::ScalarType::Undefined);
-    put(t.defined() && t.numel() == 0);
+    put(t.defined() ? t.dim() : int64_t{-1});
+    put(t.defined() ? std::min<int64_t>(t.numel(), 2) : int64_t{-1});
   };
   const auto& schema_args = op.schema().arguments();
-  for (size_t i = 0; i < args.size(); ++i) {
+  for (size_t i = 0; i < args.size() && i < schema_args.size(); ++i) {
     const c10::IValue& v = args[i];
-    if (v.isTensor() || v.isTensorList() || v.isOptionalTensorList()) {
-      put('t');
+    c10::TypePtr type = schema_args[i].real_type();
+    if (type->kind() == c10::TypeKind::OptionalType) {
+      type = type->castRaw<c10::OptionalType>()->getElementType();
+    }
+    put('a');
+    if (v.isNone()) {
+      put('n');
+    } else if (v.isTensor() || v.isTensorList() || v.isOptionalTensorList()) {
       for_each_tensor(v, put_tensor);
-    } else if (v.isScalar() && !v.isBool()) {
-      put(v.toScalar().type());
+    } else if (type->kind() == c10::TypeKind::ScalarTypeType) {
+      put(v.toInt());  // a dtype= argument
+    } else if (type->kind() == c10::TypeKind::NumberType) {
+      put(v.toScalar().type());  // a Python number: its kind
     } else if (v.isBool()) {
       put(v.toBool());
     } else if (v.isString()) {
       key += v.toStringRef();
       put('\0');
-    } else if (v.isInt() && i < schema_args.size()) {
-      c10::TypePtr type = schema_args[i].real_type();
-      if (type->kind() == c10::TypeKind::OptionalType) {
-        type = type->castRaw<c10::OptionalType>()->getElementType();
-      }
-      if (type->kind() == c10::TypeKind::ScalarTypeType) put(v.toInt());
     }
   }
   return key;
@@ -302,6 +305,12 @@ std::optional<CpuRejection> cpu_dtype_rejection(const c10::OperatorHandle& op,
   std::lock_guard<std::mutex> lock(mutex);
   verdicts.emplace(std::move(key), verdict);
   return verdict;
+}
+
+void refuse_as_cpu(const char* op, const char* overload, std::vector<c10::IValue> args) {
+  const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload);
+  std::optional<CpuRejection> rejection = cpu_dtype_rejection(handle, args);
+  if (rejection) rejection->raise();
 }
 
 void rethrow_meta_error(std::exception_ptr error, const c10::OperatorHandle& handle,

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace torch_tpu::aten {
 
@@ -42,9 +43,9 @@ struct CpuRejection {
 // Whether the CPU's kernel of `op` is defined for the dtypes of `args`: where it is
 // not (AT_DISPATCH's `"foo_cpu" not implemented for 'Int'`), tpu raises the CPU's
 // error rather than computing what the CPU refuses. Learnt from the CPU's kernel
-// itself, once per dtype signature (the op, its tensors' dtypes and emptiness, its
-// numbers' kinds, its dtype, string and bool arguments), by running it on zero-filled
-// host stand-ins of the tensors: their own sizes, or at most 2 each when the call has
+// itself, once per dtype signature (the op, its tensors' dtypes, ranks and element counts (none,
+// one, more), its numbers' kinds, its dtype, string and bool arguments), by running it on
+// zero-filled host stand-ins of the tensors: their own sizes, or at most 2 each when the call has
 // over 65536 elements (a probe whose shapes then do not fit decides nothing). Only an
 // AT_DISPATCH refusal counts; any other outcome accepts, so the probe never refuses
 // what the CPU accepts (a kernel that returns early for no elements, before its
@@ -53,6 +54,11 @@ struct CpuRejection {
 // natively.
 std::optional<CpuRejection> cpu_dtype_rejection(const c10::OperatorHandle& op,
                                                 c10::ArrayRef<c10::IValue> args);
+
+// cpu_dtype_rejection for tpu's own kernels outside the lowered table (the
+// data-dependent ops): raises the CPU's refusal of the dtypes of `args`, a call
+// of `op` ("aten::_unique2") overload `overload`.
+void refuse_as_cpu(const char* op, const char* overload, std::vector<c10::IValue> args);
 
 // Drops, while it lives, the warnings meta kernels give when they resize an out=
 // tensor (PyTorch's Python references word them otherwise, and a cached meta result

@@ -1,0 +1,96 @@
+"""Dtypes the CPU's kernels lack, on tpu, compared with the CPU.
+
+Each OpInfo entry runs its first sample at every dtype its CPU kernel does not support
+(by the OpInfo's dtype table, less Half and BFloat16, which tpu computes as CUDA does):
+where the CPU raises, tpu raises its exception type, naming the same dtype (the kernel
+named may differ where tpu received a decomposed call). tpu learns the CPU's dtypes by
+probing its kernel (``cpu_dtype_rejection``, csrc/aten/meta_errors.cpp).
+
+``make test`` runs a fixed sample, every fourth entry (1 minute with 2 workers);
+``make test-all`` (TORCH_TPU_TEST_ALL=1) runs every entry (3 minutes).
+"""
+
+import os
+import re
+
+import pytest
+import torch
+from error_checks import entries, error_of, fallbacks_silenced, on_cpu
+
+from torch_tpu.tools import opinfo_runner
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fallbacks_silenced():
+    with fallbacks_silenced():
+        yield
+
+
+# Dtype cases that cannot match, by "entry:dtype" or "entry", with the reason.
+DTYPE_DIFFERENCES = {
+    "_segment_reduce.lengths": (
+        "the CPU's kernel checks the lengths before its dtype dispatch, and the probe that "
+        "learns the CPU's dtypes runs it on zero lengths, which it refuses: the probe "
+        "decides nothing, and tpu computes"
+    ),
+    "topk:bool": (
+        "the CPU's kernel refuses bool ('topk does not support bool dtypes on CPU'), a limit "
+        "of its sort the CUDA kernel does not have: tpu sorts bools"
+    ),
+}
+# The dtypes probed: every kind but Half and BFloat16 (see above).
+DTYPES = (
+    torch.float32,
+    torch.float64,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+)
+
+
+EVERY_ENTRY = os.environ.get("TORCH_TPU_TEST_ALL") == "1"
+ENTRIES = [e for i, e in enumerate(entries()) if EVERY_ENTRY or i % 4 == 0]
+
+
+def _dispatch_dtype(err) -> str | None:
+    match = re.search(r"not implemented for '(\w+)'", str(err))
+    return match.group(1) if match else None
+
+
+@pytest.mark.parametrize("op", ENTRIES)
+def test_unsupported_dtypes(op):
+    name = opinfo_runner.entry_name(op)
+    supported = op.supported_dtypes("cpu")
+    problems, checked = [], 0
+    for dtype in DTYPES:
+        if dtype in supported or {name, f"{name}:{str(dtype)[6:]}"} & DTYPE_DIFFERENCES.keys():
+            continue
+        try:
+            sample = next(iter(op.sample_inputs("tpu", dtype)))
+            cpu_sample = on_cpu(sample)
+        except Exception:
+            continue  # no sample of this dtype
+        expected = error_of(op, cpu_sample)
+        if expected is None:
+            continue  # the CPU computes it after all
+        actual = error_of(op, sample)
+        checked += 1
+        case = f"{name}:{str(dtype)[6:]}"
+        if actual is None:
+            problems.append(
+                f"{case}: no error; the CPU raises {type(expected).__name__}: {expected}"
+            )
+        elif type(actual) is not type(expected):
+            problems.append(
+                f"{case}: {type(actual).__name__}: {actual}; the CPU raises "
+                f"{type(expected).__name__}: {expected}"
+            )
+        elif _dispatch_dtype(actual) != _dispatch_dtype(expected):
+            problems.append(f"{case}: message {str(actual)!r}; the CPU's {str(expected)!r}")
+    if not checked:
+        pytest.skip("the CPU supports every dtype of this entry")
+    assert not problems, "\n".join(problems)
