@@ -48,6 +48,29 @@ def test_shared_submodule_and_grads_move():
     assert model[0] is model[2] and model[0].weight.grad.device.type == "tpu"
 
 
+def test_parameters_move_in_place():
+    """As between the CPU and CUDA, `.data =` swaps a tpu tensor into a CPU one, so
+    module.to() keeps each Parameter object (an optimizer made before the move still
+    holds the module's parameters) and lazy modules' uninitialized parameters."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    weight = model.weight
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.to("tpu")
+    assert model.weight is weight and weight.device.type == "tpu"
+    model(torch.randn(4, 3, device="tpu")).sum().backward()
+    opt.step()
+    assert weight.device.type == "tpu"
+
+    lazy = torch.nn.LazyConv1d(4, 2).to("tpu")
+    assert isinstance(lazy.weight, torch.nn.UninitializedParameter)
+    x = torch.randn(2, 3, 5)
+    y = lazy(x.to("tpu"))
+    assert lazy.weight.shape == (4, 3, 2) and lazy.weight.device.type == "tpu"
+    expected = torch.nn.functional.conv1d(x, lazy.weight.cpu(), lazy.bias.cpu())
+    torch.testing.assert_close(y.cpu(), expected)
+
+
 def test_batchnorm_running_stats_update_in_place():
     torch.manual_seed(0)
     cpu = torch.nn.BatchNorm2d(3)

@@ -120,9 +120,28 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
                                     C10_AS_INTARRAYREF_SLOW(stride));
 }
 
+// Whether `self.data = from` may swap `from`'s storage and metadata into `self`'s
+// TensorImpl (Module.to() moves parameters in place when it may, keeping the
+// Parameter objects, and lazy modules' UninitializedParameter class, as on CUDA).
+// c10's answer knows only its own dense devices: dense tensors of tpu, the CPU and
+// those devices are compatible here.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) return true;
+  auto dense = [](c10::DispatchKeySet ks) {
+    constexpr auto backends =
+        c10::DispatchKeySet({c10::BackendComponent::PrivateUse1Bit, c10::BackendComponent::CPUBit,
+                             c10::BackendComponent::CUDABit, c10::BackendComponent::MPSBit,
+                             c10::BackendComponent::HIPBit, c10::BackendComponent::XPUBit,
+                             c10::BackendComponent::HPUBit, c10::BackendComponent::MTIABit});
+    return ks.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && ks.has_any(backends);
+  };
+  return dense(self.key_set()) && dense(from.key_set());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("resize_", resize_);
