@@ -554,3 +554,13 @@ def test_an_index_past_the_valid_size_raises_the_cpus_error(index):
     with pytest.raises(IndexError) as tpu:
         t[:, torch.tensor([index], device="tpu")].cpu()
     assert str(cpu.value) in str(tpu.value)
+
+
+def test_slices_shorter_than_a_varying_dimension_run_at_the_bounds():
+    # torch.diff (transformers' packed-sequence check in every generate() step) subtracts
+    # narrow(d, 1, n - 1) from narrow(d, 0, n - 1): each is read at the bound, one shorter.
+    made = check_sizes(
+        lambda x: (torch.diff(x, dim=1), x[:, 1:] * x[:, :-1], x[:, 1:].sum(1)),
+        lambda n: [randn(2, n, 3)],
+    )
+    assert made == [0] * len(made), made

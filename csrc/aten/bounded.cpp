@@ -146,12 +146,13 @@ std::optional<engine::TensorView> place_view(const at::Tensor& t, engine::Storag
   }
   int64_t rest = t.storage_offset();
   v.offset = 0;
+  std::vector<int64_t> start(rank, 0);  // where the view starts in each stored dimension
   for (int64_t e : big) {
-    int64_t q = rest / cs[e];
+    start[e] = rest / cs[e];
     rest %= cs[e];
     // A position inside a varying dimension (x[:, -1]) is an offset operand.
-    if (q >= z[e]) return refuse(why, "the view's offset does not follow the stored layout");
-    v.offset += q * ps[e];
+    if (start[e] >= z[e]) return refuse(why, "the view's offset does not follow the stored layout");
+    v.offset += start[e] * ps[e];
   }
   std::vector<bool> followed(rank, false);
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -170,12 +171,21 @@ std::optional<engine::TensorView> place_view(const at::Tensor& t, engine::Storag
     if (at < 0) return refuse(why, "the view's strides do not follow the stored layout");
     int64_t step = stride / cs[at];
     if (stored.varies[at]) {
-      if (step != 1 || size != z[at] || followed[at]) {
+      // Whole, or a slice as many entries shorter as it starts late at most
+      // (`narrow(d, 1, n - 1)`): read at the bound that much shorter, its valid
+      // entries lead.
+      const int64_t shorter = z[at] - size;
+      const bool late = start[at] > shorter && t.numel() > 0;  // an empty view reads nothing
+      if (step != 1 || shorter < 0 || late || followed[at]) {
         return refuse(why, "the view splits, slices or repeats a varying dimension");
       }
       followed[at] = true;
       v.follows.back() = static_cast<int>(at);
-      v.sizes.push_back(stored.bounds[at]);
+      if (shorter > 0) {
+        v.shorter_by.resize(static_cast<size_t>(t.dim()), 0);
+        v.shorter_by[d] = shorter;
+      }
+      v.sizes.push_back(stored.bounds[at] - shorter);
       v.strides.push_back(ps[at]);
       continue;
     }
@@ -566,7 +576,7 @@ int64_t aligned_bound(const at::Tensor& t, int64_t d,
   for (const BoundedPlan::Operand& b : bounded) {
     const int64_t e = static_cast<int64_t>(b.varies.size()) - from_end;
     if (e < 0 || !b.varies[e] || b.view.follows[e] < 0) continue;
-    if (b.view.stored->sizes[b.view.follows[e]] == t.size(d)) return b.view.sizes[e];
+    if (b.tensor->sizes()[e] == t.size(d)) return b.view.sizes[e];
   }
   return 0;
 }

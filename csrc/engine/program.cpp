@@ -69,6 +69,7 @@ class KeyWriter {
     put_dims(v.stored->bounds);
     for (bool varies : v.stored->varies) put(varies);
     for (int e : v.follows) put(static_cast<int8_t>(e));
+    put_dims(v.shorter_by);
   }
 
  private:

@@ -65,6 +65,10 @@ struct TensorView {
   // operands. Empty `follows`: an ordinary view.
   std::optional<Bounds> stored;
   std::vector<int> follows;
+  // Per view dimension following a varying one: how many fewer valid entries it
+  // has than that stored dimension (a slice, `torch.diff`'s `narrow(d, 1, n - 1)`).
+  // Empty: none fewer.
+  std::vector<int64_t> shorter_by;
 
   bool bounded() const { return !follows.empty(); }
   int64_t numel() const;

@@ -235,7 +235,12 @@ Value set_valid_sizes(Builder& b, const Value& value, const TensorView& view,
                       const std::vector<std::optional<Value>>& size) {
   Value v = value;
   for (size_t d = 0; d < view.follows.size(); ++d) {
-    if (view.follows[d] >= 0) v = b.set_dimension_size(v, *size[view.follows[d]], d);
+    if (view.follows[d] < 0) continue;
+    Value n = *size[view.follows[d]];
+    if (!view.shorter_by.empty() && view.shorter_by[d] > 0) {
+      n = b.sub(n, b.constant_int(view.shorter_by[d], n.type()));
+    }
+    v = b.set_dimension_size(v, n, d);
   }
   return v;
 }
