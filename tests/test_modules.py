@@ -338,9 +338,10 @@ def _error_of(info, case, training, device):
         module.train(training).to(device)
         f = inputs.forward_input
         args, kwargs = _to_device((f.args, f.kwargs), device)
-        module(*args, **kwargs)
+        out = module(*args, **kwargs)
         if device == "tpu":  # data checks raise at the next synchronisation
             torch.tpu.synchronize()
+        del out
     except Exception as err:
         return err
     return None
