@@ -200,25 +200,33 @@ class DroppedWarnings final : public c10::WarningHandler {
   void process(const c10::Warning&) override {}
 };
 
-// Host stand-ins for a dtype probe: zero-filled CPU tensors of each tpu
-// tensor's dtype and sizes (each size at most 2 when the call is large, so a
-// probe stays cheap; its shapes then may not fit, and the probe decides
-// nothing).
-constexpr int64_t kProbeElements = 1 << 16;
-
-c10::IValue probe_stand_in(const c10::IValue& v, bool shrink) {
+// Stand-ins for a dtype probe on `device`: tensors of each tpu tensor's dtype
+// and sizes (each size at most 2 with `shrink`), zero-filled on the CPU.
+c10::IValue probe_stand_in(const c10::IValue& v, bool shrink, c10::Device device) {
   // A generator of its own: the probe leaves the CPU's default one as it was.
-  if (v.isGenerator()) return at::detail::createCPUGenerator();
-  auto stand_in = [shrink](const at::Tensor& t) {
+  if (v.isGenerator()) return device.is_cpu() ? at::detail::createCPUGenerator() : c10::IValue();
+  auto stand_in = [&](const at::Tensor& t) {
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
     std::vector<int64_t> sizes = t.sizes().vec();
     if (shrink) {
       for (int64_t& s : sizes) s = std::min<int64_t>(s, 2);
     }
-    return at::zeros(sizes, t.options().device(c10::kCPU));
+    at::TensorOptions options = t.options().device(device);
+    return device.is_cpu() ? at::zeros(sizes, options) : at::empty(sizes, options);
   };
-  return retargeted(v, stand_in, c10::kCPU);
+  return retargeted(v, stand_in, device);
 }
+
+int64_t elements_of(c10::ArrayRef<c10::IValue> values) {
+  int64_t n = 0;
+  for (const c10::IValue& v : values) {
+    for_each_tensor(v, [&](const at::Tensor& t) { n += t.defined() ? t.numel() : 0; });
+  }
+  return n;
+}
+
+// A probe is cheap: under 65536 elements in and out.
+constexpr int64_t kProbeElements = 1 << 16;
 
 // The dtypes and other static values that decide which of a kernel's dtype
 // branches runs: tensors' dtypes (and whether they are empty: kernels return
@@ -259,29 +267,51 @@ std::string dtype_signature(const c10::OperatorHandle& op, c10::ArrayRef<c10::IV
   return key;
 }
 
-std::optional<CpuRejection> probe(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
-  if (!has_cpu_kernel(op)) return std::nullopt;
-  int64_t elements = 0;
-  for (const c10::IValue& v : args) {
-    for_each_tensor(v, [&](const at::Tensor& t) { elements += t.defined() ? t.numel() : 0; });
-  }
-  torch::jit::Stack stack;
-  for (const c10::IValue& v : args) stack.push_back(probe_stand_in(v, elements > kProbeElements));
+// What a probe learnt: a verdict (a refusal or none), or nothing.
+struct Probed {
+  bool decided = false;
+  std::optional<CpuRejection> rejection;
+};
+
+Probed probe(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  if (!has_cpu_kernel(op)) return {true, std::nullopt};
+  // Large inputs shrink to at most 2 per dimension. Results sized by other
+  // arguments (a factory's, pad's, repeat's) do not: the meta kernel says how
+  // large the probe's would be, and a large one is not probed (nor the
+  // signature decided: a later call may be small).
+  const bool shrink = elements_of(args) > kProbeElements;
   DroppedWarnings dropped;
   c10::WarningUtils::WarningHandlerGuard guard(&dropped);
   try {
+    torch::jit::Stack meta;
+    for (const c10::IValue& v : args) meta.push_back(probe_stand_in(v, shrink, c10::kMeta));
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+    if (elements_of(meta) > kProbeElements) return {};
+  } catch (python_error& e) {
+    py::gil_scoped_acquire gil;
+    e.persist();
+    if (shrink) return {true, std::nullopt};  // shrunk shapes that do not fit
+  } catch (...) {
+    // Data-dependent ops (unique) have no meta kernel; their results are
+    // no larger than their inputs.
+    if (shrink) return {true, std::nullopt};
+  }
+  try {
+    torch::jit::Stack stack;
+    for (const c10::IValue& v : args) stack.push_back(probe_stand_in(v, shrink, c10::kCPU));
     op.callBoxed(stack);
   } catch (const c10::Error& e) {
     const std::string message = e.what_without_backtrace();
     const std::string dtype = dispatch_dtype(message);
-    if (dtype.empty() || low_precision(dtype)) return std::nullopt;
-    return CpuRejection{dynamic_cast<const c10::NotImplementedError*>(&e) != nullptr, message};
+    if (dtype.empty() || low_precision(dtype)) return {true, std::nullopt};
+    return {true,
+            CpuRejection{dynamic_cast<const c10::NotImplementedError*>(&e) != nullptr, message}};
   } catch (python_error& e) {
     py::gil_scoped_acquire gil;
     e.persist();  // takes the indicator: the probe decides nothing
   } catch (...) {
   }
-  return std::nullopt;
+  return {true, std::nullopt};
 }
 
 }  // namespace
@@ -301,10 +331,11 @@ std::optional<CpuRejection> cpu_dtype_rejection(const c10::OperatorHandle& op,
     auto it = verdicts.find(key);
     if (it != verdicts.end()) return it->second;
   }
-  std::optional<CpuRejection> verdict = probe(op, args);
+  Probed probed = probe(op, args);
+  if (!probed.decided) return std::nullopt;
   std::lock_guard<std::mutex> lock(mutex);
-  verdicts.emplace(std::move(key), verdict);
-  return verdict;
+  verdicts.emplace(std::move(key), probed.rejection);
+  return probed.rejection;
 }
 
 void refuse_as_cpu(const char* op, const char* overload, std::vector<c10::IValue> args) {

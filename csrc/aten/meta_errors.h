@@ -46,7 +46,9 @@ struct CpuRejection {
 // itself, once per dtype signature (the op, its tensors' dtypes, ranks and element counts (none,
 // one, more), its numbers' kinds, its dtype, string and bool arguments), by running it on
 // zero-filled host stand-ins of the tensors: their own sizes, or at most 2 each when the call has
-// over 65536 elements (a probe whose shapes then do not fit decides nothing). Only an
+// over 65536 elements (a probe whose shapes then do not fit decides nothing); a call
+// whose stand-ins' results the meta kernel sizes over 65536 elements (a factory's) is
+// not probed, and its signature not decided. Only an
 // AT_DISPATCH refusal counts; any other outcome accepts, so the probe never refuses
 // what the CPU accepts (a kernel that returns early for no elements, before its
 // dtype dispatch, is probed with empty stand-ins). Half and BFloat16 are accepted
