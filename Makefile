@@ -101,6 +101,9 @@ check-torch-min: $(STAMP)
 #     cold, 2 warm);
 #   PER_OP_TESTS the per-op files, tests/test_ops_*.py and the zero-size sweep:
 #     one op per graph, which defer_and_fuse compiles to strict mode's program.
+#     Among them the OpInfo reference inputs (tests/test_ops_reference.py): one
+#     per entry at float32 here (252 entries, 2 min), 16 per entry at every dtype
+#     checked in `make test-all`.
 # `make test-all` runs every file in every mode (the full matrix):
 # run it before resolving an issue.
 EAGER_MODES ?= strict debug defer_and_fuse

@@ -23,3 +23,13 @@ def no_fallback():
     after = torch_tpu.metrics()["fallbacks"]
     new = {op: n - before.get(op, 0) for op, n in after.items() if n != before.get(op, 0)}
     assert not new, f"ops fell back to the CPU: {new}"
+
+
+@pytest.fixture(scope="module")
+def silent_fallbacks():
+    """Fallbacks are counted per entry, not warned about (the OpInfo files); other tests
+    in the same xdist worker keep the warn mode."""
+    previous = torch_tpu._C._get_fallback_mode()
+    torch_tpu._C._set_fallback_mode("silent")
+    yield
+    torch_tpu._C._set_fallback_mode(previous)

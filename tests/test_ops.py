@@ -11,7 +11,6 @@ the few a random draw decides, ``opinfo_runner.UNDECIDED``).
 
 import pytest
 
-import torch_tpu
 from torch_tpu.tools import op_coverage, opinfo_runner
 
 LOWERED = op_coverage.lowered_operators()
@@ -29,14 +28,7 @@ def _cases():
             yield pytest.param(op, dtype, id=f"{name}-{str(dtype)[6:]}", marks=marks)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _silent_fallbacks():
-    """Fallbacks are counted per entry, not warned about; other tests (in the same
-    xdist worker) keep the warn mode."""
-    previous = torch_tpu._C._get_fallback_mode()
-    torch_tpu._C._set_fallback_mode("silent")
-    yield
-    torch_tpu._C._set_fallback_mode(previous)
+pytestmark = pytest.mark.usefixtures("silent_fallbacks")
 
 
 @pytest.mark.parametrize(("op", "dtype"), list(_cases()))

@@ -14,6 +14,7 @@ import itertools
 import math
 
 import torch
+import torch.utils._pytree as pytree
 from torch.utils._pytree import tree_flatten, tree_map
 
 import torch_tpu
@@ -72,6 +73,10 @@ KNOWN_FAILURES: dict[str, str] = {
     ),
 }
 
+
+# Reference inputs (tests/test_ops_reference.py) that fail beyond KNOWN_FAILURES,
+# "entry:dtype" -> why.
+KNOWN_REFERENCE_FAILURES: dict[str, str] = {}
 
 # Known failures whose outcome a random draw decides: they may pass.
 UNDECIDED = {"svd_lowrank:float32", "pca_lowrank:float32"}
@@ -424,10 +429,34 @@ def _samples(op, dtype, requires_grad, count):
     )
 
 
-def run_entry(op, dtype: torch.dtype, *, max_samples: int = 4, check_grad: bool = True) -> Result:
-    """Checks OpInfo entry ``op`` at ``dtype`` on tpu against the CPU."""
+def _reference_samples(op, dtype, count):
+    """The entry's reference inputs beyond its sample inputs (``reference_inputs`` yields
+    those first): larger, extremal and broadcasting cases."""
+    if op.reference_inputs_func is None:
+        return []
+    known = sum(1 for _ in op.sample_inputs("cpu", dtype))
+    samples = itertools.islice(op.reference_inputs("tpu", dtype), known, known + count)
+    # Type promotion cases with ComplexHalf tensors: a dtype tpu does not have (KNOWN_FAILURES).
+    return [s for s in samples if not _holds_complex_half([s.input, s.args, s.kwargs])]
+
+
+def _holds_complex_half(tree) -> bool:
+    leaves = pytree.tree_leaves(tree)
+    return any(isinstance(t, torch.Tensor) and t.dtype == torch.complex32 for t in leaves)
+
+
+def run_entry(
+    op,
+    dtype: torch.dtype,
+    *,
+    max_samples: int = 4,
+    check_grad: bool = True,
+    reference: bool = False,
+) -> Result:
+    """Checks OpInfo entry ``op`` at ``dtype`` on tpu against the CPU: its sample inputs
+    (and their gradients), or with ``reference`` its reference inputs."""
     with _unseeded(op):
-        return _run_entry(op, dtype, max_samples, check_grad)
+        return _run_entry(op, dtype, max_samples, check_grad and not reference, reference)
 
 
 def _raised(where: str, err: Exception, fallbacks: set[str], compared: int) -> Result:
@@ -436,12 +465,15 @@ def _raised(where: str, err: Exception, fallbacks: set[str], compared: int) -> R
     )
 
 
-def _run_entry(op, dtype, max_samples, check_grad) -> Result:
+def _run_entry(op, dtype, max_samples, check_grad, reference) -> Result:
     if op.name.startswith(("empty", "new_empty")):
         return Result("skip", "results are uninitialized memory")
     try:
-        samples = _samples(op, dtype, False, max_samples)
-        if samples:
+        if reference:
+            samples = _reference_samples(op, dtype, max_samples)
+        else:
+            samples = _samples(op, dtype, False, max_samples)
+        if samples and not reference:
             samples.append(samples[0].noncontiguous())
     except Exception as err:  # the OpInfo itself cannot build samples here
         return Result("skip", f"no samples: {type(err).__name__}: {err}")
@@ -458,6 +490,8 @@ def _run_entry(op, dtype, max_samples, check_grad) -> Result:
             expected = _call(op, cpu_sample)
         except Exception:
             continue  # the CPU rejects this sample too
+        if reference and _holds_complex_half(expected):
+            continue  # promoted to ComplexHalf, which tpu does not have (KNOWN_FAILURES)
         if _is_random(op, pristine) or _is_random(op, sample):
             random += 1
             continue
@@ -527,6 +561,8 @@ def _run_entry(op, dtype, max_samples, check_grad) -> Result:
                 )
     if compared == 0 and random:
         return Result("skip", "random op: results depend on the generator")
+    if not samples:
+        return Result("skip", "no reference inputs beyond the sample inputs")
     if compared == 0:
         return Result("skip", "the CPU rejects every sample")
     if fallbacks:
