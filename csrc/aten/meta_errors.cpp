@@ -173,10 +173,17 @@ bool has_cpu_kernel(const c10::OperatorHandle& op) {
 void raise_cpu_error(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   if (!has_cpu_kernel(op)) return;
   // Reading the inputs is a synchronisation: an earlier op's failed data
-  // check is raised here, as at any other.
+  // check (a c10 error by now) is raised here, as at any other. Inputs the
+  // device cannot give (the call's own execution failed) leave its error standing.
   torch::jit::Stack stack;
   HostCopies copies;
-  for (const c10::IValue& v : args) stack.push_back(copies.convert(v));
+  try {
+    for (const c10::IValue& v : args) stack.push_back(copies.convert(v));
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception&) {
+    return;
+  }
   c10::WarningHandler* previous = c10::WarningUtils::get_warning_handler();
   HeldWarnings held;
   try {
