@@ -195,9 +195,14 @@ def test_mark_dynamic_keeps_the_values_and_the_tensor():
 def test_an_op_that_cannot_run_at_the_bounds_runs_per_size_with_a_warning():
     # flip reads the varying dimension from its end, where the padding is: it runs at
     # its operand's own sizes, correctly.
-    with pytest.warns(UserWarning, match="aten::flip on tpu compiles a program for each length"):
+    with pytest.warns(
+        UserWarning, match="aten::flip on tpu compiles a program for each length"
+    ) as caught:
         made = check_sizes(lambda x: torch.flip(x, [1]) * 2, lambda n: [randn(2, n, 8)])
     assert all(m >= 1 for m in made)
+    # Once, at the user's line, with no path inside the backend.
+    (warning,) = [w for w in caught if "on tpu compiles" in str(w.message)]
+    assert warning.filename == __file__ and "Triggered internally" not in str(warning.message)
 
 
 def test_cat_along_the_varying_dimension_keeps_one_bound():
