@@ -34,16 +34,22 @@ def fallbacks_silenced():
 def on_cpu(sample):
     """The sample with its tpu tensors copied to the CPU, sharing storages as on tpu
     (one host copy per tpu storage, viewed with each tensor's sizes, strides and
-    offset)."""
-    storages = {}
+    offset; a tensor passed twice, as the same copy: overlap checks compare them by
+    identity)."""
+    storages, copies = {}, {}
 
     def move(t):
         if not isinstance(t, torch.Tensor) or t.device.type != "tpu":
             return t
+        if id(t) not in copies:
+            copies[id(t)] = (t, copy_of(t))  # t kept: its id stays its own
+        return copies[id(t)][1]
+
+    def copy_of(t):
         if t.is_conj():
-            return move(t.conj()).conj()
+            return copy_of(t.conj()).conj()
         if t.is_neg():
-            return torch._neg_view(move(torch._neg_view(t)))
+            return torch._neg_view(copy_of(torch._neg_view(t)))
         if t.layout != torch.strided:
             return t.cpu()
         key = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes(), t.dtype)

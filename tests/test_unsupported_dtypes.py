@@ -33,6 +33,10 @@ DTYPE_DIFFERENCES = {
         "learns the CPU's dtypes runs it on zero lengths, which it refuses: the probe "
         "decides nothing, and tpu computes"
     ),
+    "histc": (
+        "integer histc runs as CUDA's kernel runs it (MoE routers count tokens per expert "
+        "with it), where the CPU's kernel refuses integers (TPU_LOWERING_CUDA_DTYPES)"
+    ),
     "topk:bool": (
         "the CPU's kernel refuses bool ('topk does not support bool dtypes on CPU'), a limit "
         "of its sort the CUDA kernel does not have: tpu sorts bools"

@@ -590,8 +590,9 @@ MetaPtr meta_results(const Binding& binding, const c10::OperatorHandle& op,
   std::optional<MetaResult> result = run_meta(binding, op, args, ask_cpu);
   if (!result) return nullptr;
   // Random ops that draw from the CPU's default generator are not probed: the
-  // probe would move it.
-  if (!(binding.rule && binding.rule->random && binding.generator_arg < 0)) {
+  // probe would move it; nor rules that take the dtypes CUDA's kernels take.
+  const lower::Rule* rule = binding.rule;
+  if (rule && !rule->cuda_dtypes && !(rule->random && binding.generator_arg < 0)) {
     result->cpu_rejects = cpu_dtype_rejection(op, args);
   }
   auto shared = std::make_shared<const MetaResult>(std::move(*result));

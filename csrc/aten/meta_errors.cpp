@@ -105,12 +105,22 @@ std::optional<std::string> cpu_form(py::handle type, py::handle value, const std
 namespace {
 
 // Host copies of a call's tpu tensors with their layouts; tensors sharing a
-// storage share one copy of it, so the CPU's overlap checks see the aliasing.
+// storage share one copy of it, and a tensor passed twice is one copy, so the
+// CPU's overlap checks (by storage, and by identity) see the aliasing.
 struct HostCopies {
   std::vector<std::pair<const c10::StorageImpl*, at::Tensor>> storages;
+  std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> tensors;
 
   at::Tensor convert(const at::Tensor& t) {
     if (!t.defined() || t.device().type() != c10::DeviceType::PrivateUse1) return t;
+    for (const auto& [key, copy] : tensors) {
+      if (key == t.unsafeGetTensorImpl()) return copy;
+    }
+    tensors.emplace_back(t.unsafeGetTensorImpl(), copy_of(t));
+    return tensors.back().second;
+  }
+
+  at::Tensor copy_of(const at::Tensor& t) {
     const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
     const at::Tensor* host = nullptr;
     for (const auto& [key, copy] : storages) {

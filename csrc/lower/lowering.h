@@ -159,6 +159,9 @@ struct Rule {
   // of bounded size are read at their bounds as they are, padding included,
   // which changes no valid entry; XLA's dynamic sizes would fail on the loop.
   bool prefix = false;
+  // Takes dtypes the CPU's kernel refuses, as CUDA's kernel takes them (integer
+  // histc): the CPU's refusal of a dtype (aten/meta_errors.h) is not the rule's.
+  bool cuda_dtypes = false;
 };
 
 // Registers `rule` for each ATen operator name ("add.Tensor", "relu").
@@ -195,6 +198,9 @@ class Unsupported : public std::runtime_error {
 // For rules whose results depend on operand entries at or before their position.
 #define TPU_LOWERING_PREFIX(fn, ...) \
   TPU_REGISTER_RULE((::torch_tpu::lower::Rule{fn, false, false, nullptr, true}), __VA_ARGS__)
+// For rules that take dtypes the CPU's kernel refuses, as CUDA's does.
+#define TPU_LOWERING_CUDA_DTYPES(fn, ...) \
+  TPU_REGISTER_RULE((::torch_tpu::lower::Rule{fn, false, false, nullptr, false, true}), __VA_ARGS__)
 // For rules that call Context::random_bits().
 #define TPU_LOWERING_RANDOM(fn, ...) \
   TPU_REGISTER_RULE((::torch_tpu::lower::Rule{fn, false, true}), __VA_ARGS__)

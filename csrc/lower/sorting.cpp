@@ -514,6 +514,7 @@ TPU_LOWERING(mode, "mode");
 TPU_LOWERING(searchsorted, "searchsorted.Tensor", "searchsorted.Scalar");
 TPU_LOWERING(bucketize, "bucketize.Tensor", "bucketize.Scalar");
 TPU_LOWERING(isin, "isin.Tensor_Tensor", "isin.Tensor_Scalar", "isin.Scalar_Tensor");
-TPU_LOWERING(histc, "histc");
+// Integer histc, which MoE routers run on CUDA (the CPU's kernel refuses integers).
+TPU_LOWERING_CUDA_DTYPES(histc, "histc");
 
 }  // namespace torch_tpu::lower
