@@ -300,6 +300,7 @@ Probed probe(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   DroppedWarnings dropped;
   c10::WarningUtils::WarningHandlerGuard guard(&dropped);
   try {
+    QuietMetaResizes quiet;  // a Python meta kernel's resize warning, as in run_meta
     torch::jit::Stack meta;
     for (const c10::IValue& v : args) meta.push_back(probe_stand_in(v, shrink, c10::kMeta));
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
