@@ -365,14 +365,20 @@ void refuse_as_cpu(const char* op, const char* overload, std::vector<c10::IValue
 void rethrow_meta_error(std::exception_ptr error, const c10::OperatorHandle& handle,
                         c10::ArrayRef<c10::IValue> args) {
   // A Python error's indicator goes into its exception before anything else runs.
+  // Only PyTorch's Python meta kernels (its references and decompositions) are
+  // asked about: a C++ meta kernel is the CPU kernel's own structured check.
+  bool python = false;
   try {
     std::rethrow_exception(error);
   } catch (python_error& e) {
     py::gil_scoped_acquire gil;
     e.persist();
+    python = true;
+  } catch (py::error_already_set&) {
+    python = true;
   } catch (...) {
   }
-  if (!args.empty()) raise_cpu_error(handle, args);
+  if (python && !args.empty()) raise_cpu_error(handle, args);
   const c10::OperatorName& op = handle.operator_name();
   std::optional<std::string> message;
   try {

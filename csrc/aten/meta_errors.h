@@ -12,13 +12,15 @@
 namespace torch_tpu::aten {
 
 // Rethrows `error`, a failure of operator `op`'s meta kernel on `args`, as the CPU's
-// kernel raises it. The CPU's kernel is asked first: it runs on host copies of the
+// kernel raises it. Where the meta kernel is Python (PyTorch's references and
+// decompositions), the CPU's kernel is asked first: it runs on host copies of the
 // arguments (their data read from the device, as an error is raised at the op anyway),
-// and its error, type and message, is raised. Meta kernels word many errors otherwise
-// (PyTorch's Python references print torch.Size and torch.float32, check broadcasting
-// in their own words, check in another order). Only where the CPU accepts the call is
-// the meta kernel's error raised, as follows (and where `args` is empty: stand-ins of
-// a call, not the user's). Some of
+// and its error, type and message, is raised. The Python meta kernels word many errors
+// otherwise (they print torch.Size and torch.float32, check broadcasting in their own
+// words, check in another order); a C++ meta kernel is the CPU kernel's own structured
+// check, and is not asked again. Only where the CPU accepts the call is the meta
+// kernel's error raised, as follows (and where `args` is empty: stand-ins of a call,
+// not the user's). Some of
 // PyTorch's Python meta kernels check arguments with `raise AssertionError`
 // (squareCheckInputs of linalg) where the CPU's kernels raise RuntimeError (TORCH_CHECK):
 // those become RuntimeError, with the meta kernel's message. Messages the Python
