@@ -445,7 +445,7 @@ void check_index_range(Context& c, const Value& index, const Value& size, bool n
   if (index.shape.numel() == 0) return;
   Builder& b = c.b;
   Value i = convert(b, index, ElementType::S64);
-  Dims all = reduction_dims({}, i.rank());
+  Dims all = all_dims(i.rank());
   Value high = reduce_max(b, i, all), low = reduce_min(b, i, all);
   Value above = b.compare(high, size, hlo::Comparison::GE);
   Value lowest = negative_ok ? b.neg(size) : scalar(b, 0.0, ElementType::S64);
@@ -482,8 +482,7 @@ Value runtime_size(Builder& b, const Value& x, int64_t dim) {
 void check_none(Context& c, const Value& invalid, DataCheck::Error error, std::string message) {
   if (invalid.shape.numel() == 0) return;
   Builder& b = c.b;
-  Value any =
-      reduce_max(b, convert(b, invalid, ElementType::S64), reduction_dims({}, invalid.rank()));
+  Value any = reduce_max(b, convert(b, invalid, ElementType::S64), all_dims(invalid.rank()));
   c.check({b.compare(any, scalar(b, 0, ElementType::S64), hlo::Comparison::NE),
            scalar(b, 0, ElementType::S64), error, std::move(message)});
 }

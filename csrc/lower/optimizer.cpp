@@ -185,7 +185,7 @@ std::vector<Value> amp_unscale(Context& c, const Args& a) {
     out.push_back(convert(b, b.mul(v, splat(b, a.tensor(2), t, v.dims())), x.type()));
     if (x.shape.numel() == 0) continue;
     Value all_finite =
-        reduce_min(b, convert(b, b.is_finite(v), ElementType::F32), reduction_dims({}, v.rank()));
+        reduce_min(b, convert(b, b.is_finite(v), ElementType::F32), all_dims(v.rank()));
     Value nonfinite = b.sub(b.constant(1.0, ElementType::F32), all_finite);
     found = b.max(found, b.broadcast_in_dim(nonfinite, found.dims(), {}));
   }
