@@ -277,11 +277,15 @@ def test_a_write_at_its_own_sizes_into_a_split_view_keeps_the_bounds():
 
 def test_a_split_that_cannot_tell_its_varying_dimension_runs_per_size():
     # [n * 4] split as [n, 4] is clear (only n can hold the bound 16 * 4); split as
-    # [2, 2 * n] it is not (either could), and the op runs at the sizes.
-    x = randn(2, 8, 4)
+    # [2, 2 * n] it is not (either could), and the op runs at the sizes (warned at the
+    # second).
     with pytest.warns(UserWarning, match="aten::mul on tpu compiles a program for each length"):
-        got = (marked(x).view(2, 2, 16) * 2).cpu()
-    torch.testing.assert_close(got, x.view(2, 2, 16) * 2)
+        for n in (8, 6):
+            x = randn(2, n, 4)
+            t = x.to("tpu")
+            torch_tpu.mark_dynamic(t, 1, 1, 2 * n)
+            got = (t.view(2, 2, 2 * n) * 2).cpu()
+            torch.testing.assert_close(got, x.view(2, 2, 2 * n) * 2)
 
 
 def test_linear_layers_over_a_batch_keep_the_varying_dimension():
@@ -547,6 +551,61 @@ def test_indexing_a_varying_dimension_runs_at_the_bounds():
 
 def longs(*values):
     return torch.tensor(values)
+
+
+def test_windows_of_a_varying_dimension_run_at_their_size():
+    # nanoGPT's sampling crops the growing sequence to its block (`idx[:, -block:]`),
+    # a slice of one size over stored sizes that change: after two sizes it is read at
+    # its own size from an offset the program takes as an operand (it compiled two
+    # programs per token once the sequence outgrew the block).
+    made = check_sizes(
+        lambda x: (x[:, -4:] * 2, x[:, :4].sum(1), x[:, 2:6].exp(), x[:, 1:] * x[:, :-1]),
+        lambda n: [randn(2, n, 3)],
+        sizes=[6, 9, 16, 7, 12],
+    )
+    assert made[1:] == [0] * len(made[1:]), made
+
+
+class CroppedModel(nn.Module):
+    def __init__(self, tokens=40, block=8, width=16):
+        super().__init__()
+        self.block = block
+        self.embed, self.position = nn.Embedding(tokens, width), nn.Embedding(block, width)
+        self.mix = nn.Linear(width, width)
+        self.decode = nn.Linear(width, tokens)
+
+    def forward(self, idx):
+        pos = torch.arange(idx.size(1), device=idx.device)
+        x = self.embed(idx) + self.position(pos)
+        return self.decode(torch.tanh(self.mix(x)).cumsum(1))
+
+
+def test_sampling_past_the_block_size_stops_compiling():
+    # nanoGPT's sample.py: `idx if idx.size(1) <= block else idx[:, -block:]`, the
+    # next token appended by cat.
+    torch.manual_seed(0)
+    cpu = CroppedModel().eval()
+    model = copy.deepcopy(cpu).to("tpu")
+
+    def sample(m, idx, made):
+        for _ in range(30):
+            before = programs()
+            crop = idx if idx.size(1) <= m.block else idx[:, -m.block :]
+            token = m(crop)[:, -1].argmax(-1, keepdim=True)
+            idx = torch.cat([idx, token], 1)
+            made.append(programs() - before)
+        return idx
+
+    made = []
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = sample(model, torch.zeros(1, 1, dtype=torch.long, device="tpu"), made)
+        want = sample(cpu, torch.zeros(1, 1, dtype=torch.long), [])
+    assert not [str(w.message) for w in caught if "tpu" in str(w.message)]
+    assert torch.equal(got.cpu(), want)
+    # Lengths 1 and 2 at their sizes, then the bound 64; the first crop follows the
+    # stored length, the second is known as a window: nothing compiles after it.
+    assert made[11:] == [0] * len(made[11:]), made
 
 
 @pytest.mark.parametrize("index", [7, -8])

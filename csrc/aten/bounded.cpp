@@ -113,6 +113,34 @@ bool has_bounds(const at::Tensor& t) {
 
 namespace {
 
+// A slice of a varying dimension keeps either how many entries fewer it has
+// than the stored size (`x[:, 1:]`, `torch.diff`: its size follows the stored
+// one) or its own size (`x[:, -k:]`, `x[:, :k]`: a window over a growing
+// sequence, read at its size from an offset the program takes as an operand).
+// One call cannot tell them apart, so the calls before decide: a slice of one
+// size over stored sizes that differ is a window. The first call follows.
+// Either way the values are the slice's; only which calls share a program
+// differs.
+bool seen_as_window(const at::Tensor& t, const engine::Bounds& stored, int64_t at,
+                    int64_t shorter) {
+  std::string window = std::to_string(at), follows;
+  for (size_t e = 0; e < stored.bounds.size(); ++e) {
+    window += (stored.varies[e] ? "v" : ",") + std::to_string(stored.bounds[e]);
+  }
+  follows = window + "|" + std::to_string(shorter);
+  window += "|" + std::to_string(static_cast<int>(t.scalar_type()));
+  for (int64_t s : t.sizes()) window += "," + std::to_string(s);
+  static std::mutex mutex;
+  static auto* first = new std::unordered_map<std::string, int64_t>();
+  std::lock_guard<std::mutex> lock(mutex);
+  const int64_t n = stored.sizes[at];
+  auto seen_at_another = [&](const std::string& key) {
+    return first->emplace(key, n).first->second != n;
+  };
+  const bool follows_seen = seen_at_another(follows);
+  return seen_at_another("w" + window) && !follows_seen;
+}
+
 // `t` as a view of the padded layout of `stored`, the tensor its storage
 // holds, read at the bounds; nullopt (with the reason in `why`) when `t`
 // cannot be read so: a view that merges, splits or slices a varying
@@ -178,6 +206,11 @@ std::optional<engine::TensorView> place_view(const at::Tensor& t, engine::Storag
       const bool late = start[at] > shorter && t.numel() > 0;  // an empty view reads nothing
       if (step != 1 || shorter < 0 || late || followed[at]) {
         return refuse(why, "the view splits, slices or repeats a varying dimension");
+      }
+      if (shorter > 0 && seen_as_window(t, stored, at, shorter)) {
+        v.sizes.push_back(size);
+        v.strides.push_back(ps[at]);
+        continue;
       }
       followed[at] = true;
       v.follows.back() = static_cast<int>(at);
@@ -445,11 +478,24 @@ const engine::TensorView* BoundedPlan::view(const at::Tensor& t) const {
   return nullptr;
 }
 
-void warn_per_size(const c10::OperatorHandle& op, const std::string& why) {
+void warn_per_size(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                   const std::string& why) {
+  std::string sizes;
+  for (const c10::IValue& v : args) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      for (int64_t s : t.sizes()) sizes += std::to_string(s) + ",";
+      sizes += ";";
+    });
+  }
   static std::mutex mutex;
-  static auto* warned = new std::unordered_set<std::string>();
+  static auto* first = new std::unordered_map<std::string, std::string>();
   std::lock_guard<std::mutex> lock(mutex);
-  if (!warned->insert(op.schema().name() + why).second) return;
+  // At the second sizes the op runs at for this cause: one size may be a step
+  // between two bounds (a slice that turns out to be a window).
+  auto [seen, fresh] = first->emplace(op.schema().name() + why, sizes);
+  if (fresh || seen->second == sizes) return;
+  static auto* warned = new std::unordered_set<std::string>();
+  if (!warned->insert(seen->first).second) return;
   // No source location: Python reports the warning at the user's line, without
   // a "Triggered internally at" path inside the backend.
   c10::warn(c10::Warning(
@@ -795,7 +841,7 @@ std::optional<BoundedPlan> plan_bounded(
     }
   }
   auto per_size = [&](const std::string& reason) -> std::optional<BoundedPlan> {
-    warn_per_size(op, reason);
+    warn_per_size(op, args, reason);
     return std::nullopt;
   };
   if (!readable) return per_size(why);

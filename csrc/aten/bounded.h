@@ -82,9 +82,10 @@ struct BoundedPlan {
   const engine::TensorView* view(const at::Tensor& t) const;
 };
 
-// Warns, once per operator, that `op` runs at each size of its bounded
-// operands and why.
-void warn_per_size(const c10::OperatorHandle& op, const std::string& why);
+// Warns, once per operator and cause, that `op` runs at each size of its
+// bounded operands and why, when it has done so at two sizes.
+void warn_per_size(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                   const std::string& why);
 
 // While one lives, calls on this thread run at their operands' own sizes (an
 // op whose lowering turned out not to work at the bounds reruns so).

@@ -871,7 +871,7 @@ void lowered_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   } catch (const lower::Unsupported& e) {
     if (gen_lock.owns_lock()) gen_lock.unlock();
     if (bounded) {  // the op runs again, at its operands' own sizes
-      warn_per_size(op, e.what());
+      warn_per_size(op, args, e.what());
       WithoutBounds per_size;
       lowered_kernel(op, stack);
       return;
