@@ -105,19 +105,60 @@ def test_size_limit_cuts_the_graph():
         import torch, torch_tpu
         torch_tpu.set_eager_mode("defer_and_fuse")
         x = torch.zeros(4, device="tpu")
-        for _ in range(25):
-            x.add_(1)
+        # 12 different ops, twice: nothing repeats within the limit of 10
+        ops = [x.add_, x.mul_, x.sub_, x.div_] * 3
+        for k in range(24):
+            torch.neg_(x) if k % 12 == 11 else ops[k % 12](1 + k // 4)
         cuts = torch_tpu.metrics()["materializations"]
-        # The first graph stops at the limit; later ones where the ops repeat
-        # the start of the graph (half the limit on).
         print("CUTS", cuts.get("size_limit", 0), cuts.get("repeat", 0))
         print("VALUE", x.cpu().tolist())
         """,
         TORCH_TPU_DEFER_MAX_OPS="10",
     )
     assert out.returncode == 0, out.stderr
-    assert "CUTS 1 " in out.stdout and "CUTS 1 0" not in out.stdout, out.stdout
-    assert "VALUE [25.0, 25.0, 25.0, 25.0]" in out.stdout
+    assert "CUTS 2 0" in out.stdout, out.stdout
+    x = torch.zeros(4)
+    ops = [x.add_, x.mul_, x.sub_, x.div_] * 3
+    for k in range(24):
+        torch.neg_(x) if k % 12 == 11 else ops[k % 12](1 + k // 4)
+    assert f"VALUE {x.tolist()}" in out.stdout, out.stdout
+
+
+def test_a_generation_loop_without_host_reads_compiles_a_few_small_graphs():
+    # nanoGPT's sampling reads nothing back between tokens: its whole loop was
+    # deferred and cut at the size limit, graphs of 2,048 ops that took a minute to
+    # compile. A graph that repeats inside itself (from half the limit) is cut there,
+    # and the graphs after are cut where the loop comes round again: a few
+    # iterations each, the same cached program.
+    out = run_isolated(
+        """
+        import torch, torch_tpu
+        torch_tpu.set_eager_mode("defer_and_fuse")
+        def generate(w, idx):
+            for _ in range(120):
+                h = torch.tanh(w[idx[:, -1]] @ w.t())
+                logits = h.softmax(-1).log() * 2 - 1
+                idx = torch.cat([idx, logits.argmax(-1, keepdim=True)], 1)
+            return idx
+        w = torch.randn(16, 16, generator=torch.Generator().manual_seed(0))
+        idx = torch.zeros(1, 1, dtype=torch.long)
+        got = generate(w.to("tpu"), idx.to("tpu")).cpu()
+        m = torch_tpu.metrics()
+        print("EQUAL", torch.equal(got, generate(w, idx)))
+        print("COMPILES", m["compiles"], "CUTS", m["materializations"])
+        """,
+        TORCH_TPU_CACHE_DIR=tempfile.mkdtemp(),
+        TORCH_TPU_DEFER_MAX_OPS="512",
+    )
+    assert out.returncode == 0, out.stderr
+    assert "EQUAL True" in out.stdout, out.stdout
+    compiles = int(out.stdout.split("COMPILES ")[1].split()[0])
+    cuts = eval(out.stdout.split("CUTS ")[1])
+    # 840 ops (a limit of 512 keeps the test short): the first graph is cut where it
+    # repeats inside (256 ops on), the others where the loop comes round (64 on),
+    # never at the limit.
+    assert "size_limit" not in cuts and cuts.get("repeat", 0) >= 5, out.stdout
+    assert compiles <= 8, out.stdout
 
 
 def views_and_in_place(x):

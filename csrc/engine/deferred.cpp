@@ -8,6 +8,7 @@
 #include <deque>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "engine/backend.h"
 #include "engine/captured_graph.h"
@@ -78,6 +79,11 @@ void for_each_view(OpCall& call, Fn&& fn) {
 
 // Ops whose signatures, in a row, identify a point of a repeating sequence.
 constexpr size_t kRepeatWindow = 8;
+// In a loop that reads nothing back (sampling tokens on the device), graphs of
+// at least this many ops are cut where the loop repeats: one or a few
+// iterations, a program each phase, rather than graphs of thousands of ops
+// whose compile time (about 10 ms an op on XLA's CPU backend) no loop repays.
+constexpr size_t kLoopGraphOps = 64;
 
 struct Graph {
   std::deque<PendingSlot> slots;  // stable addresses: views point into them
@@ -89,6 +95,14 @@ struct Graph {
   // and a cut there makes every repetition the same cached graph.
   std::deque<uint64_t> recent;
   std::deque<uint64_t> start;
+  // The windows of signatures in this graph (hashed); whether the newest one
+  // came before in it (the graph holds a repetition).
+  std::unordered_set<uint64_t> windows;
+  bool recurred = false;
+  // Set by a cut where the work repeats or at the size limit, cleared by any
+  // other (a host read, a step, a synchronisation): the device is running a
+  // loop that reads nothing back.
+  bool looping = false;
   // The compiled graphs appended since the last materialisation: a second
   // call of one is the next iteration of a loop (a training step), which
   // starts a graph of its own, so every iteration is the same program.
@@ -220,6 +234,7 @@ using ProgramInspector = std::function<void(const Program*, const std::vector<Pr
 
 void flush_graph(int device, FlushReason reason, const ProgramInspector& inspect = nullptr) {
   Graph& g = graph_of(device);
+  g.looping = reason == FlushReason::Repeat || reason == FlushReason::SizeLimit;
   if (g.ops.empty()) {
     if (inspect) inspect(nullptr, {});
     return;
@@ -256,6 +271,8 @@ void flush_graph(int device, FlushReason reason, const ProgramInspector& inspect
     g.slots.clear();
     g.ops.clear();
     g.appended.clear();
+    g.windows.clear();
+    g.recurred = false;
     g.start = g.recent;
   };
 
@@ -339,16 +356,29 @@ void note_recorded(Graph& g, const RecordedOp& op) {
   metrics().deferred_ops++;
   g.recent.push_back(op.id);
   if (g.recent.size() > kRepeatWindow) g.recent.pop_front();
+  if (g.recent.size() < kRepeatWindow) return;
+  uint64_t window = 0;
+  for (uint64_t id : g.recent) window = (window ^ id) * 0x100000001b3ULL;
+  g.recurred = !g.windows.insert(window).second;
 }
 
-// Materialises the graph at its size limit, or where the work repeats.
+// Materialises the graph at its size limit, or where the work repeats: where
+// the recorded ops come round to those that preceded the graph (the next
+// iteration of a loop: every repetition is then the same cached graph), or to
+// a point inside the graph (its work changed: that point starts the graphs
+// after). From half the size limit, so that a training step with repeated
+// layers stays whole; in a loop that reads nothing back, from kLoopGraphOps
+// (inside the graph, from four times that: a start that recurs later keeps the
+// graphs alike).
 void cut_if_due(Graph& g, int device) {
   if (g.capturing) return;  // a capture is one program, however long
-  int size = static_cast<int>(g.ops.size());
-  if (size >= max_graph_ops()) {
+  const size_t size = g.ops.size(), limit = static_cast<size_t>(max_graph_ops());
+  const size_t from = g.looping ? std::min(kLoopGraphOps, limit / 2) : limit / 2;
+  const size_t inside_from = g.looping ? std::min(4 * kLoopGraphOps, limit / 2) : limit / 2;
+  const bool at_start = g.start.size() == kRepeatWindow && g.recent == g.start;
+  if (size >= limit) {
     flush(device, FlushReason::SizeLimit);
-  } else if (size >= max_graph_ops() / 2 && g.start.size() == kRepeatWindow &&
-             g.recent == g.start) {
+  } else if ((size >= from && at_start) || (size >= inside_from && g.recurred)) {
     flush(device, FlushReason::Repeat);
   }
 }
