@@ -55,11 +55,6 @@ _RELU_KINK = (
 )
 KNOWN_FAILURES: dict[str, str] = {
     "nn.TransformerEncoder:bfloat16": _RELU_KINK,
-    "nn.NLLLoss.errors": (
-        "a float16 class weight with a float32 input is not refused on tpu when the input "
-        "is empty (the CPU's nll_loss checks the weight's dtype first: 'expected scalar "
-        "type Float but found Half'): an argument check, csrc/aten/argument_checks.cpp"
-    ),
 }
 UNDECIDED = {"nn.TransformerEncoder:bfloat16"}
 

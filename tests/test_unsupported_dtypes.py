@@ -4,7 +4,7 @@ Each OpInfo entry runs its first sample at every dtype its CPU kernel does not s
 (by the OpInfo's dtype table, less Half and BFloat16, which tpu computes as CUDA does):
 where the CPU raises, tpu raises its exception type, naming the same dtype (the kernel
 named may differ where tpu received a decomposed call). tpu learns the CPU's dtypes by
-probing its kernel (``cpu_dtype_rejection``, csrc/aten/meta_errors.cpp).
+probing its kernel (``cpu_dtypes``, csrc/aten/meta_errors.cpp).
 
 ``make test`` runs a fixed sample, every fourth entry (1 minute with 2 workers);
 ``make test-all`` (TORCH_TPU_TEST_ALL=1) runs every entry (3 minutes).
@@ -15,6 +15,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 from error_checks import entries, error_of, fallbacks_silenced, on_cpu
 
 from torch_tpu.tools import opinfo_runner
@@ -98,3 +99,47 @@ def test_unsupported_dtypes(op):
     if not checked:
         pytest.skip("the CPU supports every dtype of this entry")
     assert not problems, "\n".join(problems)
+
+
+_x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+_t = torch.tensor([0, 1, 2])
+_half = torch.ones(4, dtype=torch.float16)
+MIXED_DTYPES = {
+    # the CPU's kernels read the weights as the input's dtype: they refuse another
+    "nll_loss": lambda d: F.nll_loss(_x.to(d), _t.to(d), _half.to(d)),
+    "cross_entropy": lambda d: F.cross_entropy(_x.to(d), _t.to(d), _half.to(d)),
+    "multi_margin_loss": lambda d: F.multi_margin_loss(_x.to(d), _t.to(d), weight=_half.to(d)),
+    "nll_loss of nothing": lambda d: F.nll_loss(
+        torch.empty(0, 0, device=d),
+        torch.empty(0, dtype=torch.long, device=d),
+        torch.empty(0, dtype=torch.float16, device=d),
+    ),
+    "embedding_bag": lambda d: F.embedding_bag(
+        _t.view(1, 3).to(d),
+        _x.to(d),
+        mode="sum",
+        per_sample_weights=torch.ones(1, 3, dtype=torch.float16, device=d),
+    ),
+    # the CPU's kernel keeps the input's dtype, PyTorch's reference promotes
+    "binary_cross_entropy": lambda d: F.binary_cross_entropy(
+        _x.sigmoid().to(d), _x.sigmoid().to(d), weight=torch.ones(3, 4, dtype=torch.float64).to(d)
+    ),
+}
+
+
+def _outcome(fn, device):
+    try:
+        result = fn(device)
+        return ("result", result.dtype, result.cpu())
+    except Exception as e:  # the CPU's exception is the expectation
+        return (type(e), str(e))
+
+
+@pytest.mark.parametrize("case", MIXED_DTYPES)
+def test_operands_of_mixed_dtypes_as_the_cpu(case):
+    # Refusals of one operand's dtype against another's and results' dtypes, learnt from
+    # the CPU's kernel by the same probe.
+    cpu, tpu = _outcome(MIXED_DTYPES[case], "cpu"), _outcome(MIXED_DTYPES[case], "tpu")
+    assert cpu[:2] == tpu[:2]
+    if cpu[0] == "result":
+        torch.testing.assert_close(tpu[2], cpu[2])

@@ -37,7 +37,7 @@ struct MetaResult {
   std::vector<bool> is_list;
   // Sizes the mutated arguments have after the call (out= tensors get resized).
   std::vector<std::vector<std::vector<int64_t>>> mutated_sizes;
-  // The CPU's kernel is not defined for the call's dtypes (cpu_dtype_rejection).
+  // The CPU's kernel is not defined for the call's dtypes (cpu_dtypes).
   std::optional<CpuRejection> cpu_rejects;
 };
 // Shared with the cache: a cache hit copies nothing.
@@ -593,7 +593,13 @@ MetaPtr meta_results(const Binding& binding, const c10::OperatorHandle& op,
   // probe would move it; nor rules that take the dtypes CUDA's kernels take.
   const lower::Rule* rule = binding.rule;
   if (rule && !rule->cuda_dtypes && !(rule->random && binding.generator_arg < 0)) {
-    result->cpu_rejects = cpu_dtype_rejection(op, args);
+    CpuDtypes cpu = cpu_dtypes(op, args);
+    result->cpu_rejects = std::move(cpu.rejection);
+    for (size_t r = 0; r < cpu.result_dtypes.size() && r < result->returns.size(); ++r) {
+      for (size_t k = 0; k < cpu.result_dtypes[r].size() && k < result->returns[r].size(); ++k) {
+        if (result->returns[r][k]) result->returns[r][k]->dtype = cpu.result_dtypes[r][k];
+      }
+    }
   }
   auto shared = std::make_shared<const MetaResult>(std::move(*result));
   if (key) {

@@ -171,6 +171,25 @@ std::string dispatch_dtype(const std::string& message) {
 // natively, as CUDA does, and does not take the CPU's lack for an answer.
 bool low_precision(const std::string& dtype) { return dtype == "Half" || dtype == "BFloat16"; }
 
+// Whether a message is a kernel's refusal of one operand's dtype against
+// another's: a `data_ptr<scalar_t>()` of the wrong type (nll_loss's Half class
+// weights with Float inputs) or ATen's checkSameType (embedding_bag's
+// per-sample weights). The dtypes alone decide it, on every device; but a
+// CPU kernel that wants Half or BFloat16 where it finds Float wants the
+// statistics it would have made in that dtype (layer norm's backward), which
+// CUDA's kernels, as tpu's, make in float32.
+bool mixed_dtypes(const std::string& message) {
+  static const std::regex wrong_type(
+      "expected scalar type ([A-Za-z0-9]+) but found ([A-Za-z0-9]+)");
+  static const std::regex not_same(
+      "Expected tensor for argument #[0-9]+ '[^']*' to have the same type as tensor for argument");
+  std::smatch m;
+  if (std::regex_search(message, m, wrong_type)) {
+    return !(low_precision(m[1].str()) && m[2].str() == "Float");
+  }
+  return std::regex_search(message, not_same);
+}
+
 // Whether the CPU has PyTorch's own kernel for `op` to ask (torch_tpu's ops
 // and CUDA-only ones have none).
 bool has_cpu_kernel(const c10::OperatorHandle& op) {
@@ -284,14 +303,43 @@ std::string dtype_signature(const c10::OperatorHandle& op, c10::ArrayRef<c10::IV
   return key;
 }
 
+// Whether a call has Half or BFloat16 tensors: the CPU's kernels keep some
+// results of those in their dtype (layer and batch norm's statistics) where
+// CUDA's, and tpu's, make them float32, so the CPU's result dtypes are not the
+// answer there.
+bool low_precision_in(c10::ArrayRef<c10::IValue> args) {
+  bool any = false;
+  for (const c10::IValue& v : args) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      any |= t.defined() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
+    });
+  }
+  return any;
+}
+
 // What a probe learnt: a verdict (a refusal or none), or nothing.
 struct Probed {
   bool decided = false;
-  std::optional<CpuRejection> rejection;
+  CpuDtypes verdict;
 };
 
+// The dtypes of the tensors of each value of `stack` (Undefined for none).
+std::vector<std::vector<at::ScalarType>> dtypes_of(const torch::jit::Stack& stack) {
+  std::vector<std::vector<at::ScalarType>> out;
+  for (const c10::IValue& v : stack) {
+    out.emplace_back();
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      out.back().push_back(t.defined() ? t.scalar_type() : at::ScalarType::Undefined);
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) out.back().push_back(t.scalar_type());
+    }
+  }
+  return out;
+}
+
 Probed probe(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
-  if (!has_cpu_kernel(op)) return {true, std::nullopt};
+  if (!has_cpu_kernel(op)) return {true, {}};
   // Large inputs shrink to at most 2 per dimension. Results sized by other
   // arguments (a factory's, pad's, repeat's) do not: the meta kernel says how
   // large the probe's would be, and a large one is not probed (nor the
@@ -299,12 +347,14 @@ Probed probe(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   const bool shrink = elements_of(args) > kProbeElements;
   DroppedWarnings dropped;
   c10::WarningUtils::WarningHandlerGuard guard(&dropped);
+  std::optional<torch::jit::Stack> meta_results;
   try {
     QuietMetaResizes quiet;  // a Python meta kernel's resize warning, as in run_meta
     torch::jit::Stack meta;
     for (const c10::IValue& v : args) meta.push_back(probe_stand_in(v, shrink, c10::kMeta));
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
     if (elements_of(meta) > kProbeElements) return {};
+    meta_results = std::move(meta);
   } catch (python_error& e) {
     py::gil_scoped_acquire gil;
     e.persist();
@@ -318,18 +368,25 @@ Probed probe(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
     torch::jit::Stack stack;
     for (const c10::IValue& v : args) stack.push_back(probe_stand_in(v, shrink, c10::kCPU));
     op.callBoxed(stack);
+    Probed accepted{true, {}};
+    if (meta_results && !low_precision_in(args) && dtypes_of(*meta_results) != dtypes_of(stack)) {
+      accepted.verdict.result_dtypes = dtypes_of(stack);
+    }
+    return accepted;
   } catch (const c10::Error& e) {
     const std::string message = e.what_without_backtrace();
+    if (mixed_dtypes(message)) return {true, {CpuRejection{false, message}, {}}};
     const std::string dtype = dispatch_dtype(message);
-    if (dtype.empty() || low_precision(dtype)) return {true, std::nullopt};
-    return {true,
-            CpuRejection{dynamic_cast<const c10::NotImplementedError*>(&e) != nullptr, message}};
+    if (dtype.empty() || low_precision(dtype)) return {true, {}};
+    return {
+        true,
+        {CpuRejection{dynamic_cast<const c10::NotImplementedError*>(&e) != nullptr, message}, {}}};
   } catch (python_error& e) {
     py::gil_scoped_acquire gil;
     e.persist();  // takes the indicator: the probe decides nothing
   } catch (...) {
   }
-  return {true, std::nullopt};
+  return {true, {}};
 }
 
 }  // namespace
@@ -339,10 +396,9 @@ void CpuRejection::raise() const {
   TORCH_CHECK(false, message);
 }
 
-std::optional<CpuRejection> cpu_dtype_rejection(const c10::OperatorHandle& op,
-                                                c10::ArrayRef<c10::IValue> args) {
+CpuDtypes cpu_dtypes(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   static std::mutex mutex;
-  static std::unordered_map<std::string, std::optional<CpuRejection>> verdicts;
+  static std::unordered_map<std::string, CpuDtypes> verdicts;
   std::string key = dtype_signature(op, args);
   {
     std::lock_guard<std::mutex> lock(mutex);
@@ -350,15 +406,15 @@ std::optional<CpuRejection> cpu_dtype_rejection(const c10::OperatorHandle& op,
     if (it != verdicts.end()) return it->second;
   }
   Probed probed = probe(op, args);
-  if (!probed.decided) return std::nullopt;
+  if (!probed.decided) return {};
   std::lock_guard<std::mutex> lock(mutex);
-  verdicts.emplace(std::move(key), probed.rejection);
-  return probed.rejection;
+  verdicts.emplace(std::move(key), probed.verdict);
+  return probed.verdict;
 }
 
 void refuse_as_cpu(const char* op, const char* overload, std::vector<c10::IValue> args) {
   const c10::OperatorHandle handle = c10::Dispatcher::singleton().findSchemaOrThrow(op, overload);
-  std::optional<CpuRejection> rejection = cpu_dtype_rejection(handle, args);
+  std::optional<CpuRejection> rejection = cpu_dtypes(handle, args).rejection;
   if (rejection) rejection->raise();
 }
 

@@ -51,15 +51,25 @@ struct CpuRejection {
 // over 65536 elements (a probe whose shapes then do not fit decides nothing); a call
 // whose stand-ins' results the meta kernel sizes over 65536 elements (a factory's) is
 // not probed, and its signature not decided. Only an
-// AT_DISPATCH refusal counts; any other outcome accepts, so the probe never refuses
-// what the CPU accepts (a kernel that returns early for no elements, before its
-// dtype dispatch, is probed with empty stand-ins). Half and BFloat16 are accepted
-// where the CPU has no kernel for them: CUDA's kernels have, and tpu computes them
-// natively.
-std::optional<CpuRejection> cpu_dtype_rejection(const c10::OperatorHandle& op,
-                                                c10::ArrayRef<c10::IValue> args);
+// AT_DISPATCH refusal counts, and a refusal of one operand's dtype against another's
+// ("expected scalar type Float but found Half"); any other outcome accepts, so the probe never
+// refuses what the CPU accepts (a kernel that returns early for no elements, before its dtype
+// dispatch, is probed with empty stand-ins). Half and BFloat16 are accepted where the CPU has no
+// kernel for them: CUDA's kernels have, and tpu computes them natively.
+//
+// The same probe gives the dtypes of the CPU's results: where PyTorch's meta kernel
+// types a result otherwise (binary_cross_entropy's reference promotes a Float loss
+// by a Double weight; the CPU's kernel keeps the input's dtype), the CPU's dtypes
+// are the results' (`result_dtypes`, per return and tensor; empty: the meta
+// kernel's are right), except for calls with Half or BFloat16 tensors, whose
+// statistics the CPU keeps in those dtypes and CUDA, as tpu, in float32.
+struct CpuDtypes {
+  std::optional<CpuRejection> rejection;
+  std::vector<std::vector<at::ScalarType>> result_dtypes;
+};
+CpuDtypes cpu_dtypes(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
 
-// cpu_dtype_rejection for tpu's own kernels outside the lowered table (the
+// cpu_dtypes' refusal for tpu's own kernels outside the lowered table (the
 // data-dependent ops): raises the CPU's refusal of the dtypes of `args`, a call
 // of `op` ("aten::_unique2") overload `overload`.
 void refuse_as_cpu(const char* op, const char* overload, std::vector<c10::IValue> args);
