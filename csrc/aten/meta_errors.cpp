@@ -303,18 +303,33 @@ std::string dtype_signature(const c10::OperatorHandle& op, c10::ArrayRef<c10::IV
   return key;
 }
 
-// Whether a call has Half or BFloat16 tensors: the CPU's kernels keep some
-// results of those in their dtype (layer and batch norm's statistics) where
-// CUDA's, and tpu's, make them float32, so the CPU's result dtypes are not the
-// answer there.
-bool low_precision_in(c10::ArrayRef<c10::IValue> args) {
-  bool any = false;
-  for (const c10::IValue& v : args) {
-    for_each_tensor(v, [&](const at::Tensor& t) {
-      any |= t.defined() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
+// Half or BFloat16 in a call: `tensors` (its tensors' dtypes) or `requested` (a
+// dtype argument, as _softmax_backward_data's input_dtype). The CPU's kernels type
+// some results of those otherwise than CUDA's, and tpu's (layer and batch norm's
+// statistics: the input's dtype on the CPU, float32 on CUDA), and refuse some
+// CUDA's take (a half_to_float softmax's Float gradient: "expected scalar type
+// Float but found Half" on the CPU).
+struct LowPrecision {
+  bool tensors = false, requested = false;
+};
+LowPrecision low_precision_in(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  auto low = [](at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; };
+  LowPrecision found;
+  const auto& schema_args = op.schema().arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    for_each_tensor(args[i], [&](const at::Tensor& t) {
+      found.tensors |= t.defined() && low(t.scalar_type());
     });
+    if (i < schema_args.size() && args[i].isInt()) {
+      c10::TypePtr type = schema_args[i].real_type();
+      if (type->kind() == c10::TypeKind::OptionalType) {
+        type = type->castRaw<c10::OptionalType>()->getElementType();
+      }
+      found.requested |= type->kind() == c10::TypeKind::ScalarTypeType &&
+                         low(static_cast<at::ScalarType>(args[i].toInt()));
+    }
   }
-  return any;
+  return found;
 }
 
 // What a probe learnt: a verdict (a refusal or none), or nothing.
@@ -369,13 +384,17 @@ Probed probe(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
     for (const c10::IValue& v : args) stack.push_back(probe_stand_in(v, shrink, c10::kCPU));
     op.callBoxed(stack);
     Probed accepted{true, {}};
-    if (meta_results && !low_precision_in(args) && dtypes_of(*meta_results) != dtypes_of(stack)) {
+    const LowPrecision low = low_precision_in(op, args);
+    if (meta_results && !low.tensors && !low.requested &&
+        dtypes_of(*meta_results) != dtypes_of(stack)) {
       accepted.verdict.result_dtypes = dtypes_of(stack);
     }
     return accepted;
   } catch (const c10::Error& e) {
     const std::string message = e.what_without_backtrace();
-    if (mixed_dtypes(message)) return {true, {CpuRejection{false, message}, {}}};
+    if (mixed_dtypes(message) && !low_precision_in(op, args).requested) {
+      return {true, {CpuRejection{false, message}, {}}};
+    }
     const std::string dtype = dispatch_dtype(message);
     if (dtype.empty() || low_precision(dtype)) return {true, {}};
     return {
