@@ -71,6 +71,45 @@ def test_embedding_bag_half(dtype, mode):
     )
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_embedding_bag_int32_indices_with_int64_offsets(dtype):
+    # The CPU makes offset2bag and bag sizes int64 for mixed index dtypes, and its
+    # backward takes no other: tpu's results take the CPU kernel's dtypes.
+    run(
+        lambda w, i, o: F.embedding_bag(i, w, o, mode="sum"),
+        randn(10, 5, dtype=dtype),
+        INDICES.int(),
+        OFFSETS,
+        grad=[0],
+    )
+
+
+@pytest.mark.parametrize(
+    "indices, offsets, weight",
+    [
+        ((1, 2, 2), (1,), (4, 3)),
+        ((2, 0, 0, 6, 6), (2, 0, 0, 6, 6), (2, 2)),
+        ((4,), (1, 1), (4, 3)),
+        ((4,), (1,), (4,)),
+    ],
+    ids=["3-D input", "5-D input", "2-D offsets", "1-D weight"],
+)
+@pytest.mark.parametrize(
+    "op", [A._embedding_bag, A._embedding_bag_forward_only, torch.embedding_bag]
+)
+def test_embedding_bag_ranks_as_the_cpu(op, indices, offsets, weight):
+    args = (
+        torch.zeros(weight),
+        torch.zeros(indices, dtype=torch.long),
+        torch.zeros(offsets, dtype=torch.long),
+    )
+    with pytest.raises(RuntimeError) as cpu:
+        op(*args)
+    with pytest.raises(RuntimeError) as tpu:
+        op(*(a.to("tpu") for a in args))
+    assert str(tpu.value) == str(cpu.value)
+
+
 def test_embedding_bag_2d_int32_noncontiguous_weight():
     weight = randn(6, 10)[:, ::2]
     indices = torch.tensor([[0, 2, 2], [5, 1, 0]], dtype=torch.int32)

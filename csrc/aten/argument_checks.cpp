@@ -643,6 +643,21 @@ void embedding(Args a) {
   if (weight.dim() == 2 && is_index_type(indices)) select_rows_of_empty(weight, 0, indices);
 }
 
+// _embedding_bag and _embedding_bag_forward_only(weight, indices, offsets, ...):
+// the CPU's ranks (PyTorch's meta kernel does not check them).
+void embedding_bag(Args a) {
+  const at::Tensor &weight = a[0].toTensor(), &indices = a[1].toTensor(),
+                   &offsets = a[2].toTensor();
+  TORCH_CHECK(indices.dim() == 1 || indices.dim() == 2,
+              "input has to be a 1D or 2D Tensor, but got Tensor of dimension ", indices.dim());
+  if (indices.dim() == 1) {
+    TORCH_CHECK(offsets.dim() == 1, "offsets has to be a 1D Tensor, but got Tensor of dimension ",
+                offsets.dim());
+  }
+  TORCH_CHECK(weight.dim() == 2, "weight has to be a 2D Tensor, but got Tensor of dimension ",
+              weight.dim());
+}
+
 // The shape advanced indexing gives, as PyTorch's make_info finds it: the
 // index tensors (long, int, or masks, which the rewrite has made indices but
 // for the one mask of a masked fill) broadcast together; their shape replaces
@@ -1019,6 +1034,8 @@ const std::unordered_map<std::string, ArgumentCheck>& checks() {
       {"aten::heaviside", heaviside},
       {"aten::index_select", index_select},
       {"aten::embedding", embedding},
+      {"aten::_embedding_bag", embedding_bag},
+      {"aten::_embedding_bag_forward_only", embedding_bag},
       {"aten::index.Tensor", advanced_index},
       {"aten::block_diag", block_diag},
       {"aten::_unsafe_index.Tensor", advanced_index},

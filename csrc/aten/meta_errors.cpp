@@ -332,6 +332,30 @@ LowPrecision low_precision_in(const c10::OperatorHandle& op, c10::ArrayRef<c10::
   return found;
 }
 
+// The results' dtypes where the CPU's kernel types some otherwise than the meta
+// kernel (empty where none): the CPU's, but for floating results of calls with
+// Half or BFloat16 (`low_precision`), which keep CUDA's (the meta kernel's).
+// Integer results always take the CPU's: embedding_bag's offset2bag and bag
+// sizes are int64 on the CPU for int32 indices with int64 offsets, and its
+// backward takes nothing else.
+std::vector<std::vector<at::ScalarType>> cpu_result_dtypes(
+    std::vector<std::vector<at::ScalarType>> meta,
+    const std::vector<std::vector<at::ScalarType>>& cpu, bool low_precision) {
+  bool differ = false;
+  for (size_t r = 0; r < meta.size() && r < cpu.size(); ++r) {
+    for (size_t k = 0; k < meta[r].size() && k < cpu[r].size(); ++k) {
+      if (meta[r][k] == cpu[r][k] || cpu[r][k] == at::ScalarType::Undefined ||
+          meta[r][k] == at::ScalarType::Undefined ||
+          (low_precision && at::isFloatingType(cpu[r][k]) && at::isFloatingType(meta[r][k]))) {
+        continue;
+      }
+      meta[r][k] = cpu[r][k];
+      differ = true;
+    }
+  }
+  return differ ? meta : std::vector<std::vector<at::ScalarType>>{};
+}
+
 // What a probe learnt: a verdict (a refusal or none), or nothing.
 struct Probed {
   bool decided = false;
@@ -384,10 +408,10 @@ Probed probe(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
     for (const c10::IValue& v : args) stack.push_back(probe_stand_in(v, shrink, c10::kCPU));
     op.callBoxed(stack);
     Probed accepted{true, {}};
-    const LowPrecision low = low_precision_in(op, args);
-    if (meta_results && !low.tensors && !low.requested &&
-        dtypes_of(*meta_results) != dtypes_of(stack)) {
-      accepted.verdict.result_dtypes = dtypes_of(stack);
+    if (meta_results) {
+      const LowPrecision low = low_precision_in(op, args);
+      accepted.verdict.result_dtypes = cpu_result_dtypes(dtypes_of(*meta_results), dtypes_of(stack),
+                                                         low.tensors || low.requested);
     }
     return accepted;
   } catch (const c10::Error& e) {
