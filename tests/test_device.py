@@ -4,6 +4,7 @@
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import warnings
@@ -788,3 +789,33 @@ def test_other_fills_still_compute_on_the_device():
     y = torch.ones(2, device="tpu")[1:].fill_(5)
     z = torch.full((1,), 1, dtype=torch.bfloat16, device="tpu")
     assert (x.item(), y.tolist(), z.item()) == (2.5, [5.0], 1.0)
+
+
+def test_compiling_many_programs_stays_within_the_memory_map_limit():
+    # XLA's CPU backend keeps each executable's code mapped, several mappings a kernel:
+    # a process that compiled a few thousand programs (embedding_bag's, ~36 maps each)
+    # reached vm.max_map_count and XLA aborted while compiling. Past half the limit, the
+    # program cache drops its least recently used programs.
+    code = """
+        import os, torch, torch_tpu
+        def maps():
+            return sum(1 for _ in open(f"/proc/{os.getpid()}/maps"))
+        x = torch.randn(8, 8, device="tpu")
+        print("START", maps(), flush=True)
+        for n in range(1, 201):  # a program per size
+            y = torch.arange(n * 8.0, device="tpu").view(n, 8)
+            got = (y @ x).tanh().cpu()
+            assert torch.allclose(got, (y.cpu() @ x.cpu()).tanh(), atol=1e-5), n
+        print("END", maps())
+    """
+    env = dict(TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(), TORCH_TPU_CACHE_DIR=tempfile.mkdtemp())
+    start = run_python(code.replace("range(1, 201)", "range(1, 2)"), **env)
+    assert start.returncode == 0, start.stderr
+    baseline = int(start.stdout.split("START ")[1].split()[0])
+    # Half the limit a few hundred maps above what the process starts with: 200
+    # programs would add over a thousand.
+    limit = 2 * (baseline + 400)
+    out = run_python(code, TORCH_TPU_MEMORY_MAP_LIMIT=str(limit), **env)
+    assert out.returncode == 0, out.stderr
+    end = int(out.stdout.split("END ")[1].split()[0])
+    assert end < limit // 2 + 600, (baseline, end, limit)

@@ -12,6 +12,7 @@
 #include "engine/trace.h"
 #include "engine/view_layout.h"
 #include "lower/helpers.h"
+#include "runtime/memory_maps.h"
 
 namespace torch_tpu::engine {
 
@@ -491,10 +492,14 @@ Program ProgramBuilder::finish(const std::string* name, const std::vector<bool>&
 namespace {
 
 // Compiled programs by key, least recently used first out. Bounded because
-// every executable keeps its code mapped (three memory maps each on the CPU
-// plugin): a long process compiling ever new shapes would run out of maps
-// (vm.max_map_count, 65530 by default) and LLVM fails to allocate.
-// TORCH_TPU_PROGRAM_CACHE_SIZE sets the bound (default 4096).
+// every executable keeps its code mapped (on the CPU plugin three memory maps a
+// kernel, 6 to 40 a program): a long process compiling ever new shapes would run
+// out of maps (vm.max_map_count, 65530 by default), and allocations then fail
+// anywhere (XLA aborts while compiling). TORCH_TPU_PROGRAM_CACHE_SIZE sets the
+// bound (default 4096); and every kMapCheckInterval compiles, a process past half
+// its mapping limit drops the least recently used quarter of the programs and
+// keeps the bound there (a dropped program compiles again, from the persistent
+// cache, if it is needed again).
 class ProgramCache {
  public:
   ProgramCache() {
@@ -511,18 +516,31 @@ class ProgramCache {
     }
     metrics().cache_misses++;
     Program program = build();
+    if (++compiles_ % kMapCheckInterval == 0) keep_maps_in_bounds();
     order_.push_front(key);
     it = programs_.emplace(key, std::make_pair(std::move(program), order_.begin())).first;
-    if (programs_.size() > capacity_) {
-      programs_.erase(order_.back());
-      order_.pop_back();
-    }
+    while (programs_.size() > capacity_) drop_oldest();
     return it->second.first;
   }
 
   bool contains(const std::string& key) const { return programs_.count(key) > 0; }
 
  private:
+  static constexpr size_t kMapCheckInterval = 32;
+
+  void drop_oldest() {
+    programs_.erase(order_.back());
+    order_.pop_back();
+  }
+
+  void keep_maps_in_bounds() {
+    const int64_t limit = runtime::memory_map_limit();
+    if (limit <= 0 || runtime::memory_maps() < limit / 2) return;
+    capacity_ = programs_.size() - programs_.size() / 4;
+    while (programs_.size() > capacity_) drop_oldest();
+  }
+
+  size_t compiles_ = 0;
   size_t capacity_ = 4096;
   std::list<std::string> order_;  // most recently used first
   std::unordered_map<std::string, std::pair<Program, std::list<std::string>::iterator>> programs_;
