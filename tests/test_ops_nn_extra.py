@@ -110,6 +110,18 @@ def test_embedding_bag_ranks_as_the_cpu(op, indices, offsets, weight):
     assert str(tpu.value) == str(cpu.value)
 
 
+@pytest.mark.parametrize("padding_idx", [None, 2])
+def test_embedding_bag_sparse_gradients_are_refused_clearly(padding_idx):
+    # The meta kernel of the sparse backward fails on nonzero() with padding_idx; the
+    # CPU's result is a sparse tensor, which tpu does not have.
+    w = torch.randn(10, 3, device="tpu", requires_grad=True)
+    bag = F.embedding_bag(
+        torch.tensor([[6, 2, 4, 2]], device="tpu"), w, padding_idx=padding_idx, sparse=True
+    )
+    with pytest.raises(NotImplementedError, match="(?i)sparse"):
+        bag.sum().backward()
+
+
 def test_embedding_bag_2d_int32_noncontiguous_weight():
     weight = randn(6, 10)[:, ::2]
     indices = torch.tensor([[0, 2, 2], [5, 1, 0]], dtype=torch.int32)

@@ -226,6 +226,16 @@ void raise_cpu_error(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> a
     held.give(previous);
     throw;
   }
+  // The CPU's result is sparse (embedding_bag's gradient with sparse=True): a
+  // layout tpu does not have, which the meta kernel fails to describe otherwise.
+  bool sparse = false;
+  for (const c10::IValue& v : stack) {
+    for_each_tensor(v, [&](const at::Tensor& t) { sparse |= t.defined() && t.is_sparse(); });
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(!sparse, op.schema().name(),
+                              ": its result is a sparse tensor, and sparse layouts are not "
+                              "supported on tpu (embedding's and embedding_bag's sparse=True "
+                              "gradients among them: use sparse=False)");
 }
 
 namespace {

@@ -31,7 +31,9 @@ namespace torch_tpu::aten {
 
 // Runs the CPU's kernel of `op` on host copies of `args` (tensors sharing a storage
 // share its copy; a tpu generator or device becomes the CPU's): raises the CPU's
-// error, type and message, or returns when the CPU accepts the call. For calls
+// error, type and message, or returns when the CPU accepts the call (raising
+// NotImplementedError where the CPU's result is sparse, a layout tpu does not
+// have). For calls
 // already known to fail: it waits for the device and reads every input.
 void raise_cpu_error(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
 
