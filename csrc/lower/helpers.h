@@ -51,6 +51,8 @@ Value reduce_sum(Builder& b, const Value& x, const Dims& dims);
 // dynamic sizes a count at run time (XLA masks the padding in a sum, not in a
 // count the rule divides by).
 Value reduced_count(Builder& b, const Value& x, const Dims& dims, ElementType type);
+// The largest (`max`) or smallest entry over `dims`, NaN where any is.
+Value reduce_extreme(Builder& b, const Value& x, const Dims& dims, bool max);
 Value reduce_max(Builder& b, const Value& x, const Dims& dims);
 Value reduce_min(Builder& b, const Value& x, const Dims& dims);
 // The larger (`max`) or smaller of x and y, NaN where either is, as PyTorch's

@@ -102,10 +102,6 @@ Value reduce_all(Builder& b, const Value& x, const Dims& dims) {
   return reduce_binary(b, nonzero(b, x), dims, b.constant_bool(true), &Builder::and_);
 }
 
-Value reduce_extreme(Builder& b, const Value& x, const Dims& dims, bool is_max) {
-  return is_max ? reduce_max(b, x, dims) : reduce_min(b, x, dims);
-}
-
 // ---------------------------------------------------------------- sum, mean, prod
 
 // sum(self, *, dtype) / sum.dim_IntList(self, dim, keepdim, *, dtype)
