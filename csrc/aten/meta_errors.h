@@ -63,8 +63,9 @@ struct CpuRejection {
 // types a result otherwise (binary_cross_entropy's reference promotes a Float loss
 // by a Double weight; the CPU's kernel keeps the input's dtype), the CPU's dtypes
 // are the results' (`result_dtypes`, per return and tensor; empty: the meta
-// kernel's are right), except for calls with Half or BFloat16 tensors, whose
-// statistics the CPU keeps in those dtypes and CUDA, as tpu, in float32.
+// kernel's are right): integer results always, floating ones except in calls with
+// Half or BFloat16 tensors or dtype arguments, whose statistics the CPU keeps in
+// those dtypes and CUDA, as tpu, in float32.
 struct CpuDtypes {
   std::optional<CpuRejection> rejection;
   std::vector<std::vector<at::ScalarType>> result_dtypes;

@@ -1,5 +1,6 @@
 #include "engine/program.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <list>
 #include <optional>
@@ -536,7 +537,9 @@ class ProgramCache {
   void keep_maps_in_bounds() {
     const int64_t limit = runtime::memory_map_limit();
     if (limit <= 0 || runtime::memory_maps() < limit / 2) return;
-    capacity_ = programs_.size() - programs_.size() / 4;
+    // Never below kMapCheckInterval: maps that are not the programs' would
+    // otherwise shrink the cache to nothing, dropping the program being added.
+    capacity_ = std::max(programs_.size() - programs_.size() / 4, kMapCheckInterval);
     while (programs_.size() > capacity_) drop_oldest();
   }
 

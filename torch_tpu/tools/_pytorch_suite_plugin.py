@@ -23,9 +23,9 @@ if _WORKER and os.environ.get("TORCH_TPU_SUITE_LOCKS"):
     # One device per process: each worker holds its own lock.
     os.environ["TORCH_TPU_LOCK_DIR"] = os.path.join(os.environ["TORCH_TPU_SUITE_LOCKS"], _WORKER)
 
+_SPARSE = "sparse layouts are not supported on tpu"
 # Tests that cannot pass by design, by test name (without the TPU suffix's dtype part
 # mattering: a substring of the node id) and the reason.
-_SPARSE = "sparse layouts are not supported on tpu"
 BY_DESIGN: dict[str, str] = {
     "complex32": "complex32 (chalf) is not a tpu dtype: XLA has no 16-bit complex type",
     "_chalf": "complex32 (chalf) is not a tpu dtype: XLA has no 16-bit complex type",
@@ -307,7 +307,7 @@ def _compile_counters() -> tuple[int, float]:
 
 def _reached_sparse(call) -> bool:
     """Whether a test failed where it made a sparse tensor on tpu (the dispatcher has
-    no Sparse kernel for the device)."""
+    no Sparse kernel for the device, or tpu refused a sparse result)."""
     error = call.excinfo
     if error is None or not error.errisinstance(NotImplementedError):
         return False
