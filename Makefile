@@ -12,7 +12,7 @@ TORCH_DIR = $(shell TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -c "import torch, os; 
 PLUGIN = $(shell $(PY) -c "import torch_tpu._platform as p; print(p.select().plugin or '')")
 PLATFORM = $(shell $(PY) -c "import torch_tpu._platform as p; print(p.select().platform)")
 
-.PHONY: all venv extension build demo test test-all cpp-test py-test lint clean check-torch-min device-check test-suites test-suites-sample
+.PHONY: all venv extension build demo test test-all cpp-test py-test lint clean check-torch-min device-check test-suites test-suites-sample serve-env test-vllm
 
 all: build
 
@@ -153,6 +153,36 @@ test: cpp-test py-test
 # runs on this machine's platform, to try it before spending device time.
 device-check: build
 	$(PY) tools/device_check.py --build $(BUILD) --out $(BUILD)/device-check --budget 1800
+
+# Serving with vLLM: `make serve-env` builds .venv-vllm, then
+# `.venv-vllm/bin/vllm serve MODEL` (or `LLM(model=...)` in its python) runs on tpu.
+# vLLM conflicts with our transformers pin, so it has its own environment: torch 2.13,
+# vLLM 0.32 built from its sdist without CUDA kernels (VLLM_TARGET_DEVICE=empty; cargo
+# kept off the PATH, so its optional Rust front end is skipped rather than fetched),
+# torch_tpu (the extension built above, for the same torch) and the plugin
+# (serving/vllm), both editable. About 4 minutes once.
+SERVE_VENV ?= .venv-vllm
+VLLM_SDIST ?= https://files.pythonhosted.org/packages/d5/df/5471312c76e335eaa2b8333e87ea39f0d37bfe24f10a582620e34ff12e33/vllm-0.32.0.tar.gz\#sha256=d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad
+SERVE_PATH := $(abspath $(SERVE_VENV))/bin:/usr/local/bin:/usr/bin:/bin
+$(SERVE_VENV)/.installed: serving/vllm/requirements.txt serving/vllm/pyproject.toml requirements-plugin.txt | extension
+	@echo "[1/4] $(SERVE_VENV): torch and vLLM's build requirements"
+	python3 -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/pip install --quiet --upgrade pip
+	$(SERVE_VENV)/bin/pip install --quiet -r serving/vllm/requirements.txt
+	@echo "[2/4] vLLM 0.32 from its sdist, without CUDA kernels (about a minute)"
+	PATH=$(SERVE_PATH) VLLM_TARGET_DEVICE=empty $(SERVE_VENV)/bin/pip install --quiet \
+		--no-build-isolation "vllm @ $(VLLM_SDIST)"
+	@echo "[3/4] torch_tpu and its XLA CPU plugin"
+	$(SERVE_VENV)/bin/pip install --quiet --no-deps -r requirements-plugin.txt
+	$(SERVE_VENV)/bin/pip install --quiet --no-build-isolation --no-deps -e .
+	@echo "[4/4] the vLLM platform plugin (serving/vllm)"
+	$(SERVE_VENV)/bin/pip install --quiet --no-build-isolation --no-deps -e serving/vllm
+	touch $@
+
+serve-env: $(SERVE_VENV)/.installed
+
+test-vllm: serve-env
+	$(SERVE_VENV)/bin/python -m pytest -q serving/vllm/tests
 
 lint: venv
 	$(VENV)/bin/ruff check torch_tpu tests benchmarks examples tools
