@@ -31,6 +31,8 @@ def save_tokenizer(path: str) -> None:
     )
     tok.train_from_iterator(CORPUS, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
+    # For /v1/chat/completions: each message's content on a line of its own.
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
     fast.save_pretrained(path)
 
 
