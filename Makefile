@@ -185,7 +185,7 @@ test-vllm: serve-env
 	$(SERVE_VENV)/bin/python -m pytest -q serving/vllm/tests
 
 lint: venv
-	$(VENV)/bin/ruff check torch_tpu tests benchmarks examples tools
+	$(VENV)/bin/ruff check torch_tpu tests benchmarks examples tools serving
 	clang-format --dry-run --Werror csrc/*/*.h csrc/*/*.cpp tests/cpp/*.cpp tests/cpp/*.h
 
 clean:

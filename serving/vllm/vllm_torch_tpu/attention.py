@@ -19,16 +19,26 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_layout import KVCacheLayout
 
+from vllm_torch_tpu.platform import SUPPORTED_DTYPES
+
 
 def bucket(n: int) -> int:
     """The power of two at least n (at least 1)."""
     return 1 << max(0, n - 1).bit_length()
 
 
+def request_of_tokens(
+    query_start_loc: torch.Tensor, num_reqs: int, num_tokens: int
+) -> torch.Tensor:
+    """The request each of the batch's first num_tokens tokens belongs to."""
+    token = torch.arange(num_tokens, device=query_start_loc.device)
+    return torch.searchsorted(query_start_loc[1 : num_reqs + 1], token, right=True)
+
+
 class TpuAttentionBackend(AttentionBackend):
     # The layer calls do_kv_cache_update before forward.
     forward_includes_kv_cache_update = False
-    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16, torch.float32]
+    supported_dtypes: ClassVar[list[torch.dtype]] = SUPPORTED_DTYPES
     supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto"]
 
     @staticmethod
@@ -81,16 +91,14 @@ class TpuAttentionBackend(AttentionBackend):
 @dataclass
 class TpuAttentionMetadata:
     num_actual_tokens: int
-    slot_mapping: torch.Tensor  # [tokens]: where each token's key and value go
-    # The batch as requests padded to its longest query: for row r, query i,
-    token_rows: torch.Tensor  # [requests * max_query]: the token there (clamped)
-    token_valid: torch.Tensor  # [requests, max_query]: whether there is one
+    # The batch as requests padded to max_query queries: for row r, query i,
+    max_query: int
+    token_rows: torch.Tensor  # [requests * max_query]: the token there (0 where none)
     context_slots: torch.Tensor  # [requests, max_context]: the slots of its context
     # [requests, 1, max_query, max_context]: what each query attends to.
     mask: torch.Tensor
     # token t sits at row_of_token[t] of the padded [requests * max_query] batch
     row_of_token: torch.Tensor
-    causal: bool
 
 
 class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
@@ -111,8 +119,9 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         # Padded to powers of two, so that a batch's programs serve the steps
         # after it until a request outgrows them.
         max_query, max_context = bucket(m.max_query_len), bucket(m.max_seq_len)
-        starts = m.query_start_loc[:num_reqs].to(torch.int64)
-        query_lens = m.query_start_loc[1 : num_reqs + 1].to(torch.int64) - starts
+        query_start_loc = m.query_start_loc[: num_reqs + 1].to(torch.int64)
+        starts = query_start_loc[:-1]
+        query_lens = query_start_loc[1:] - starts
         seq_lens = m.seq_lens[:num_reqs].to(torch.int64)
 
         i = torch.arange(max_query, device=device)
@@ -128,26 +137,21 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         context_slots = blocks[:, block_of_j] * self.block_size + j % self.block_size
 
         mask = j[None, None, :] < seq_lens[:, None, None]
-        causal = m.causal is True
-        if causal:
+        if m.causal is True:
             mask = mask & (j[None, None, :] <= query_pos[:, :, None])
         if self.sliding_window is not None:
             mask = mask & (j[None, None, :] > query_pos[:, :, None] - self.sliding_window)
 
+        request = request_of_tokens(query_start_loc, num_reqs, num_tokens)
         t = torch.arange(num_tokens, device=device)
-        request = torch.searchsorted(
-            m.query_start_loc[1 : num_reqs + 1].to(torch.int64), t, right=True
-        )
         row_of_token = request * max_query + (t - starts[request])
         return TpuAttentionMetadata(
             num_actual_tokens=num_tokens,
-            slot_mapping=m.slot_mapping,
+            max_query=max_query,
             token_rows=token_rows,
-            token_valid=token_valid,
             context_slots=context_slots,
             mask=mask[:, None],
             row_of_token=row_of_token,
-            causal=causal,
         )
 
 
@@ -222,7 +226,7 @@ class TpuAttentionImpl(AttentionImpl):
             return output
         m = attn_metadata
         n = m.num_actual_tokens
-        num_reqs, max_query = m.token_valid.shape
+        num_reqs, max_query = m.context_slots.shape[0], m.max_query
         rows = self._slots(kv_cache)
         context = rows[m.context_slots]  # [requests, context, kv_heads, 2 * head_size]
         k, v = context.split(self.head_size, dim=-1)

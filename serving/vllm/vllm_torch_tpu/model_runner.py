@@ -14,6 +14,8 @@ from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.utils import allocate_kv_cache
 
+from vllm_torch_tpu.attention import request_of_tokens
+
 logger = init_logger(__name__)
 
 # vLLM's slot for a token whose key and value are not stored (padding).
@@ -28,8 +30,7 @@ def compute_slot_mapping(
     num_tokens = positions.shape[0]
     slots = self.slot_mapping.gpu
     if num_tokens:
-        token = torch.arange(num_tokens, device=positions.device)
-        request = torch.searchsorted(query_start_loc[1 : num_reqs + 1], token, right=True)
+        request = request_of_tokens(query_start_loc, num_reqs, num_tokens)
         block = self.block_table.gpu[request, positions // self.block_size].to(torch.int64)
         slots[:num_tokens] = block * self.block_size + positions % self.block_size
     slots[num_tokens:].fill_(PAD_SLOT_ID)

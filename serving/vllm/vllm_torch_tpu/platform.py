@@ -26,6 +26,9 @@ logger = init_logger(__name__)
 # than a fraction of all the machine's memory.
 CPU_PLATFORM_KV_CACHE_BYTES = 4 << 30
 
+# The dtypes models are served in on tpu.
+SUPPORTED_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
 
 class TpuPlatform(Platform):
     _enum = PlatformEnum.OOT
@@ -39,7 +42,7 @@ class TpuPlatform(Platform):
 
     @property
     def supported_dtypes(self) -> list[torch.dtype]:
-        return [torch.bfloat16, torch.float16, torch.float32]
+        return SUPPORTED_DTYPES
 
     @classmethod
     def get_device_name(cls, device_id: int = 0) -> str:
@@ -75,7 +78,7 @@ class TpuPlatform(Platform):
 
     @classmethod
     def check_if_supports_dtype(cls, dtype: torch.dtype) -> None:
-        if dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        if dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"the tpu platform does not serve models in {dtype}")
 
     @classmethod

@@ -10,6 +10,7 @@ from vllm.logger import init_logger
 from vllm.utils.mem_utils import format_gib
 from vllm.utils.torch_utils import set_random_seed
 from vllm.v1.worker.gpu_worker import Worker, init_worker_distributed_environment
+from vllm.v1.worker.worker_base import CompilationTimes
 from vllm.v1.worker.workspace import init_workspace_manager
 
 from vllm_torch_tpu.model_runner import TpuModelRunner
@@ -54,9 +55,7 @@ class TpuWorker(Worker):
         logger.info("KV cache: %s GiB of the tpu device", format_gib(budget))
         return budget
 
-    def compile_or_warm_up_model(self):
-        from vllm.v1.worker.worker_base import CompilationTimes
-
+    def compile_or_warm_up_model(self) -> CompilationTimes:
         self.model_runner.warm_up()
         set_random_seed(self.model_config.seed)
         return CompilationTimes(
