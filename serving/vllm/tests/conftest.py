@@ -61,7 +61,7 @@ def save_model(path: str, arch: str) -> None:
         cls = transformers.Qwen3ForCausalLM
     elif arch == "qwen3_moe":
         config = transformers.Qwen3MoeConfig(
-            head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, **common
+            head_dim=16, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, **common
         )
         cls = transformers.Qwen3MoeForCausalLM
     else:

@@ -31,7 +31,7 @@ def hugging_face_greedy(path: str, prompts: list[str], new_tokens: int) -> list[
     return out
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3"])
+@pytest.fixture(scope="module", params=["llama", "qwen3", "qwen3_moe"])
 def served(request, model_dir):
     path = model_dir(request.param)
     llm = vllm.LLM(model=path, dtype="float32", max_model_len=256, seed=0)

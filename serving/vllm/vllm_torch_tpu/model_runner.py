@@ -14,6 +14,7 @@ from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 from vllm.v1.worker.utils import allocate_kv_cache
 
+from vllm_torch_tpu import moe  # noqa: F401  (registers the experts and routing ops)
 from vllm_torch_tpu.attention import request_of_tokens
 
 logger = init_logger(__name__)
