@@ -441,3 +441,37 @@ def test_compiled_function_returning_a_view_of_its_input_returns_a_view():
         assert out._is_view() and out._base is x
         out.mul_(2.0)
     torch.testing.assert_close(x.cpu(), torch.full((2, 3), 8.0))
+
+
+# A custom op of another library whose Python reads state besides its arguments (vLLM's
+# attention reads the step's metadata so): opaque to the compiler, as to Inductor.
+_opaque_state = {}
+
+
+@torch.library.custom_op("torch_tpu_test::add_state", mutates_args=("out",))
+def _add_state(x: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(x + _opaque_state["t"])
+
+
+@_add_state.register_fake
+def _(x, out):
+    return None
+
+
+def test_custom_ops_of_other_libraries_run_at_every_call(all_captured):
+    """The graph is split around the op: the pieces before and after it replay their
+    programs, and the op runs each call, reading what it reads now."""
+
+    def fn(x):
+        out = torch.empty_like(x)  # made for the op, which fills it
+        torch.ops.torch_tpu_test.add_state(x * 2, out)
+        return out.sin() + 1
+
+    compiled = torch.compile(fn, backend="tpu")
+    x = torch.randn(4, device="tpu")
+    for k in range(4):
+        _opaque_state["t"] = torch.full((4,), float(k), device="tpu")
+        before = torch_tpu.metrics()["cache_misses"]
+        torch.testing.assert_close(compiled(x).cpu(), fn(x).cpu())
+    # The op's own programs and the pieces' are compiled by the last call.
+    assert torch_tpu.metrics()["cache_misses"] == before

@@ -2,7 +2,9 @@
 input layouts is recorded by the DeferAndFuse recorder; later calls append the recorded
 ops to the device's pending work with no per-op work (or replay a program captured
 alone). A graph whose recording cannot be replayed (a host read, a CPU fallback) runs op
-by op in the current eager mode, with a warning naming the reason.
+by op in the current eager mode, with a warning naming the reason. Custom ops of other
+libraries are opaque, as to Inductor: the graph is split around them and they run at
+every call (a recording would freeze what their Python reads besides their arguments).
 
 Both the backend (``_compile``) and AOTAutograd's cached form of its output
 (``_graph_code``) build on it.
@@ -11,6 +13,7 @@ Both the backend (``_compile``) and AOTAutograd's cached form of its output
 from __future__ import annotations
 
 import copy
+import operator
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +31,90 @@ _TENSOR = object()  # where a tensor output goes in a graph's output template
 # Programs kept per graph for inputs of other strides, offsets or aliasing
 # (sizes are Dynamo's guards: a new size is a new graph).
 _MAX_LAYOUTS = 8
+
+
+# Operator libraries whose ops are functions of their arguments, so that a recording
+# of them holds for later calls: ATen and those torch_tpu lowers itself.
+_RECORDED_NAMESPACES = frozenset({"aten", "prims", "_c10d_functional", "c10d", "torch_tpu"})
+# Custom ops defined by torch_tpu.kernels (lowerings: pure too), by qualified name.
+_recorded_custom_ops: set[str] = set()
+
+
+def record_through(qualname: str) -> None:
+    """Lets captures record custom op `qualname` ("ns::name") rather than call it."""
+    _recorded_custom_ops.add(qualname)
+
+
+def _is_opaque(node: torch.fx.Node) -> bool:
+    """Whether `node` calls a custom op that every call of the graph must run."""
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        # A mutating custom op, functionalized by AOTAutograd.
+        if target.name() not in ("auto_functionalized", "auto_functionalized_v2"):
+            return False
+        target = node.args[0]
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    return (
+        target.namespace not in _RECORDED_NAMESPACES
+        and target._schema.name not in _recorded_custom_ops
+    )
+
+
+# Allocations whose contents the op they are made for writes.
+_ALLOCATIONS = frozenset(
+    {
+        torch.ops.aten.empty.memory_format,
+        torch.ops.aten.empty_permuted.default,
+        torch.ops.aten.empty_strided.default,
+        torch.ops.aten.new_empty.default,
+        torch.ops.aten.new_empty_strided.default,
+    }
+)
+
+
+def _pieces(gm: torch.fx.GraphModule) -> tuple[dict, set]:
+    """Each node's piece, and the opaque pieces: an opaque op with the items taken from
+    its results and the buffers made only for it (a capture cannot return an unwritten
+    buffer); between them, runs of recordable nodes."""
+    piece_of: dict[torch.fx.Node, int] = {}
+    opaque: set[int] = set()
+    current = 0
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        if _is_opaque(node):
+            current += 1
+            opaque.add(current)
+            piece_of[node] = current
+            current += 1
+        elif node.target is operator.getitem and piece_of.get(node.args[0]) in opaque:
+            piece_of[node] = piece_of[node.args[0]]
+        else:
+            piece_of[node] = current
+    for node in piece_of:
+        users = {piece_of[u] for u in node.users if u in piece_of}
+        if node.target in _ALLOCATIONS and len(users) == 1 and users <= opaque:
+            (piece_of[node],) = users
+    return piece_of, opaque
+
+
+def _split_at_opaque_ops(gm: torch.fx.GraphModule, bounded: bool):
+    """`gm` as a graph of pieces (`_pieces`), the recordable ones each a CompiledGraph,
+    or None when it has no opaque op."""
+    if not any(_is_opaque(n) for n in gm.graph.nodes):
+        return None
+    from torch.fx.passes.split_module import split_module
+
+    piece_of, opaque = _pieces(gm)
+    split = split_module(gm, None, piece_of.__getitem__)
+    for name, sub in list(split.named_children()):
+        if int(name.removeprefix("submod_")) not in opaque:
+            delattr(split, name)  # a plain attribute now: not a Module
+            setattr(split, name, CompiledGraph(sub, bounded))
+    return split
 
 
 def _warn_once(message: str) -> None:
@@ -50,9 +137,11 @@ class CompiledGraph:
         self.alone = bounded
         self.region = None  # the graph as one op, made when a dispatch mode first runs it
         self.uploaded = _copied_to_tpu_only(gm)
+        # The graph split around opaque ops, or None.
+        self.pieces = _split_at_opaque_ops(gm, bounded)
         # Runs at the bounds of its sizes (bounded_dynamism), or None: one program per size.
         self.bounds: _bounded.BoundedGraph | None = None
-        if bounded:
+        if bounded and self.pieces is None:
             # Imported here: it imports sympy (half a second), which `import torch` with
             # autoload would otherwise pay.
             from torch_tpu import _bounded
@@ -77,6 +166,8 @@ class CompiledGraph:
         for k, device in self.uploaded:
             if isinstance(args[k], torch.Tensor) and args[k].device.type == "cpu":
                 args[k] = args[k].to(device, non_blocking=True)
+        if self.pieces is not None:
+            return self.pieces(*args)
         if self.bounds is None:
             return self._run(args)
         if self.eager_reason is None:

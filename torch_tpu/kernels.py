@@ -34,6 +34,7 @@ except ImportError as e:  # pragma: no cover - exercised in a venv without jax
 import torch
 
 from . import _stablehlo_call, platform
+from ._compiled_graph import record_through
 
 __all__ = ["jax_op", "pallas_interpret", "stablehlo_op"]
 
@@ -326,6 +327,9 @@ def _define(op: str, lowering: _Lowering, vjp: bool):
         op, mutates_args=(), device_types="cpu", schema=signature.schema()
     )(lambda *args: lowering.run_on_host(*signature.split(args)))
 
+    # A lowering: captures record it into their programs.
+    record_through(custom._qualname)
+
     @custom.register_kernel("tpu")
     def _(*args):
         tensors, statics = signature.split(args)
@@ -485,6 +489,8 @@ def stablehlo_op(name: str, mlir_text: str, out_shapes=None):
     custom = torch.library.custom_op(name, mutates_args=(), device_types="cpu", schema=schema)(
         on_host
     )
+
+    record_through(custom._qualname)
 
     @custom.register_kernel("tpu")
     def _(*tensors):
