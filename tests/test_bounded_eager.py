@@ -205,6 +205,35 @@ def test_an_op_that_cannot_run_at_the_bounds_runs_per_size_with_a_warning():
     assert warning.filename == __file__ and "Triggered internally" not in str(warning.message)
 
 
+PER_SIZE_THROUGH_TORCH_OPS = """
+import torch, torch_tpu
+for n in (3, 5, 7):
+    x = torch.randn(2, n, 8)
+    t = x.to("tpu")
+    torch_tpu.mark_dynamic(t, 1, 1, 16)
+    # torch.ops (as graph modules call ops) has no Python warning handler: c10's own
+    # takes the warning.
+    got = torch.ops.aten.flip.default(t, [1]).cpu()
+    torch.testing.assert_close(got, x.flip(1))
+print("ok")
+"""
+
+
+def test_the_per_size_warning_under_c10s_own_handler():
+    # It threw std::logic_error (a null file in the location) from the op.
+    import subprocess
+    import sys
+    import tempfile
+
+    # A process of its own (the warning is given once a process): its own device lock.
+    env = dict(os.environ, TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="per_size_warning_"))
+    out = subprocess.run(
+        [sys.executable, "-c", PER_SIZE_THROUGH_TORCH_OPS], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert "aten::flip on tpu compiles a program for each length" in out.stderr
+
+
 def test_cat_along_the_varying_dimension_keeps_one_bound():
     # Its result's bound is the first power of two its operands fit in at their offsets
     # (32 here for every size): operands after a varying one are placed at run time.

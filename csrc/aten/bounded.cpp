@@ -496,10 +496,14 @@ void warn_per_size(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> arg
   if (fresh || seen->second == sizes) return;
   static auto* warned = new std::unordered_set<std::string>();
   if (!warned->insert(seen->first).second) return;
-  // No source location: Python reports the warning at the user's line, without
-  // a "Triggered internally at" path inside the backend.
+  // No source location: Python's handler reports the warning at the user's line,
+  // without a "Triggered internally at" path inside the backend. c10's own handler
+  // (ops called through torch.ops, as graph modules call them) logs the location
+  // and throws on a null file: it gets this one.
+  c10::WarningHandler* handler = c10::WarningUtils::get_warning_handler();
+  const bool python = handler != nullptr && typeid(*handler) != typeid(c10::WarningHandler);
   c10::warn(c10::Warning(
-      c10::UserWarning(), c10::SourceLocation{__func__, nullptr, 0},
+      c10::UserWarning(), c10::SourceLocation{__func__, python ? nullptr : __FILE__, 0},
       c10::str(op.schema().name(), " on tpu compiles a program for each length of a tensor ",
                "whose length changes from call to call (", why,
                "); a loop that grows a sequence by a token compiles one a step. Padding to a few "
