@@ -7,6 +7,7 @@ import pytest
 import torch
 
 vllm = pytest.importorskip("vllm", reason="the serving environment (make serve-env) has vLLM")
+from vllm.config import CompilationMode  # noqa: E402
 
 # Prompts of different lengths in one batch: prefill and decode of ragged requests.
 PROMPTS = [
@@ -31,10 +32,21 @@ def hugging_face_greedy(path: str, prompts: list[str], new_tokens: int) -> list[
     return out
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen3", "qwen3_moe"])
+# The model compiled (the platform's default: torch.compile's "tpu" backend), and
+# once eagerly (enforce_eager).
+@pytest.fixture(
+    scope="module",
+    params=[("llama", False), ("qwen3", False), ("qwen3_moe", False), ("llama", True)],
+    ids=["llama", "qwen3", "qwen3_moe", "llama-eager"],
+)
 def served(request, model_dir):
-    path = model_dir(request.param)
-    llm = vllm.LLM(model=path, dtype="float32", max_model_len=256, seed=0)
+    arch, eager = request.param
+    path = model_dir(arch)
+    llm = vllm.LLM(model=path, dtype="float32", max_model_len=256, seed=0, enforce_eager=eager)
+    compilation = llm.llm_engine.vllm_config.compilation_config
+    assert compilation.mode == (
+        CompilationMode.NONE if eager else CompilationMode.DYNAMO_TRACE_ONCE
+    ), compilation.mode
     yield path, llm
     # The engine process holds the device: end it before the next model's.
     llm.llm_engine.engine_core.shutdown()

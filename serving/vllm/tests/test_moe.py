@@ -1,5 +1,9 @@
 """The tpu experts kernel and routing ops against a per-token loop on the CPU
-(`make test-vllm`, in the serving environment)."""
+(`make test-vllm`, in the serving environment). The checks run in a child process
+(`device_process`): the test process must not hold the device, which the engines of
+the other tests take."""
+
+import multiprocessing
 
 import pytest
 import torch
@@ -9,6 +13,12 @@ pytest.importorskip("vllm", reason="the serving environment (make serve-env) has
 from vllm_torch_tpu.moe import MoEActivation, routed_experts, top_k_routing
 
 EXPERTS, HIDDEN, INTER, TOP_K = 8, 16, 12, 2
+
+
+@pytest.fixture(scope="module")
+def device_process():
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        yield lambda fn, *args: pool.apply(fn, args)
 
 
 def per_token_loop(x, w13, w2, weights, ids, b13, b2):
@@ -25,7 +35,11 @@ def per_token_loop(x, w13, w2, weights, ids, b13, b2):
 # 3 tokens x top-2 <= 8 experts gathers each pair's weights; 9 tokens runs every
 # expert on every token.
 @pytest.mark.parametrize("tokens", [3, 9])
-def test_routed_experts_equal_per_token_loop(tokens):
+def test_routed_experts_equal_per_token_loop(device_process, tokens):
+    device_process(routed_experts_equal_per_token_loop, tokens)
+
+
+def routed_experts_equal_per_token_loop(tokens):
     g = torch.Generator().manual_seed(tokens)
     x = torch.randn(tokens, HIDDEN, generator=g)
     w13 = torch.randn(EXPERTS, 2 * INTER, HIDDEN, generator=g) / 4
@@ -49,7 +63,11 @@ def test_routed_experts_equal_per_token_loop(tokens):
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4)
 
 
-def test_unsupported_activation_names_itself():
+def test_unsupported_activation_names_itself(device_process):
+    device_process(unsupported_activation_names_itself)
+
+
+def unsupported_activation_names_itself():
     x = torch.zeros(1, HIDDEN, device="tpu")
     w = torch.zeros(EXPERTS, HIDDEN, HIDDEN, device="tpu")
     ids = torch.zeros(1, TOP_K, dtype=torch.int32, device="tpu")
@@ -58,7 +76,11 @@ def test_unsupported_activation_names_itself():
 
 
 @pytest.mark.parametrize("scoring", ["softmax", "sigmoid"])
-def test_routing_ops_choose_the_top_experts(scoring):
+def test_routing_ops_choose_the_top_experts(device_process, scoring):
+    device_process(routing_ops_choose_the_top_experts, scoring)
+
+
+def routing_ops_choose_the_top_experts(scoring):
     logits = torch.randn(5, EXPERTS, generator=torch.Generator().manual_seed(0))
     scores = logits.softmax(-1) if scoring == "softmax" else logits.sigmoid()
     want_w, want_i = scores.topk(TOP_K, dim=-1)

@@ -30,9 +30,11 @@ def bucket(n: int) -> int:
 def request_of_tokens(
     query_start_loc: torch.Tensor, num_reqs: int, num_tokens: int
 ) -> torch.Tensor:
-    """The request each of the batch's first num_tokens tokens belongs to."""
+    """The request each of the batch's first num_tokens tokens belongs to (padding
+    tokens past the last request's: the last request)."""
     token = torch.arange(num_tokens, device=query_start_loc.device)
-    return torch.searchsorted(query_start_loc[1 : num_reqs + 1], token, right=True)
+    request = torch.searchsorted(query_start_loc[1 : num_reqs + 1], token, right=True)
+    return request.clamp(max=num_reqs - 1)
 
 
 class TpuAttentionBackend(AttentionBackend):
@@ -92,7 +94,6 @@ class TpuAttentionBackend(AttentionBackend):
 class TpuAttentionMetadata:
     num_actual_tokens: int
     # The batch as requests padded to max_query queries: for row r, query i,
-    max_query: int
     token_rows: torch.Tensor  # [requests * max_query]: the token there (0 where none)
     context_slots: torch.Tensor  # [requests, max_context]: the slots of its context
     # [requests, 1, max_query, max_context]: what each query attends to.
@@ -114,43 +115,25 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         fast_build: bool = False,
     ) -> TpuAttentionMetadata:
         m = common_attn_metadata
-        device = m.query_start_loc.device
         num_reqs, num_tokens = m.num_reqs, m.num_actual_tokens
         # Padded to powers of two, so that a batch's programs serve the steps
         # after it until a request outgrows them.
-        max_query, max_context = bucket(m.max_query_len), bucket(m.max_seq_len)
-        query_start_loc = m.query_start_loc[: num_reqs + 1].to(torch.int64)
-        starts = query_start_loc[:-1]
-        query_lens = query_start_loc[1:] - starts
-        seq_lens = m.seq_lens[:num_reqs].to(torch.int64)
-
-        i = torch.arange(max_query, device=device)
-        token_valid = i[None, :] < query_lens[:, None]
-        token_rows = torch.where(token_valid, starts[:, None] + i[None, :], 0).reshape(-1)
-        # A request's queries are the last of its context: query i at position
-        # seq_len - query_len + i.
-        query_pos = (seq_lens - query_lens)[:, None] + i[None, :]
-
-        j = torch.arange(max_context, device=device)
-        blocks = m.block_table_tensor[:num_reqs].to(torch.int64)
-        block_of_j = (j // self.block_size).clamp(max=blocks.shape[1] - 1)
-        context_slots = blocks[:, block_of_j] * self.block_size + j % self.block_size
-
-        mask = j[None, None, :] < seq_lens[:, None, None]
-        if m.causal is True:
-            mask = mask & (j[None, None, :] <= query_pos[:, :, None])
-        if self.sliding_window is not None:
-            mask = mask & (j[None, None, :] > query_pos[:, :, None] - self.sliding_window)
-
-        request = request_of_tokens(query_start_loc, num_reqs, num_tokens)
-        t = torch.arange(num_tokens, device=device)
-        row_of_token = request * max_query + (t - starts[request])
+        token_rows, context_slots, mask, row_of_token = batch_layout(
+            m.query_start_loc[: num_reqs + 1],
+            m.seq_lens[:num_reqs],
+            m.block_table_tensor[:num_reqs],
+            num_tokens,
+            bucket(m.max_query_len),
+            bucket(m.max_seq_len),
+            self.block_size,
+            m.causal is True,
+            self.sliding_window,
+        )
         return TpuAttentionMetadata(
             num_actual_tokens=num_tokens,
-            max_query=max_query,
             token_rows=token_rows,
             context_slots=context_slots,
-            mask=mask[:, None],
+            mask=mask,
             row_of_token=row_of_token,
         )
 
@@ -199,14 +182,7 @@ class TpuAttentionImpl(AttentionImpl):
     ) -> None:
         if self.kv_sharing_target_layer_name is not None or kv_cache.numel() == 0:
             return
-        n = slot_mapping.shape[0]
-        rows = self._slots(kv_cache)
-        # Padding tokens (slot -1) write block 0, the KV cache manager's null
-        # block that no request reads, with what it holds already.
-        slots = slot_mapping.clamp(min=0)
-        new = torch.cat((key[:n], value[:n]), dim=-1).to(rows.dtype)
-        new = torch.where((slot_mapping >= 0)[:, None, None], new, rows[slots])
-        rows.index_copy_(0, slots, new)
+        write_kv_cache(self._slots(kv_cache), key, value, slot_mapping)
 
     def forward(
         self,
@@ -226,26 +202,124 @@ class TpuAttentionImpl(AttentionImpl):
             return output
         m = attn_metadata
         n = m.num_actual_tokens
-        num_reqs, max_query = m.context_slots.shape[0], m.max_query
-        rows = self._slots(kv_cache)
-        context = rows[m.context_slots]  # [requests, context, kv_heads, 2 * head_size]
-        k, v = context.split(self.head_size, dim=-1)
-        group = self.num_heads // self.num_kv_heads
-        if group > 1:
-            k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
-        q = query[:n].view(n, self.num_heads, self.head_size)[m.token_rows]
-        q = q.view(num_reqs, max_query, self.num_heads, self.head_size)
-        # [requests, heads, queries, context] in float32.
-        scores = torch.einsum("rqhd,rchd->rhqc", q.float(), k.float()) * self.scale
-        if self.logits_soft_cap:
-            scores = self.logits_soft_cap * torch.tanh(scores / self.logits_soft_cap)
-        scores = scores.masked_fill(~m.mask, float("-inf"))
-        if self.sinks is not None:
-            sink = self.sinks.float()[None, :, None, None].expand(num_reqs, -1, max_query, 1)
-            probs = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
-        else:
-            probs = torch.softmax(scores, dim=-1)
-        out = torch.einsum("rhqc,rchd->rqhd", probs, v.float())
-        out = out.reshape(num_reqs * max_query, self.num_heads * self.head_size)[m.row_of_token]
+        out = paged_attention(
+            query[:n].view(n, self.num_heads, self.head_size),
+            self._slots(kv_cache),
+            m.context_slots,
+            m.token_rows,
+            m.mask,
+            m.row_of_token,
+            self.sinks,
+            num_kv_heads=self.num_kv_heads,
+            scale=self.scale,
+            soft_cap=self.logits_soft_cap,
+        )
         output[:n].view(n, -1).copy_(out.to(output.dtype))
         return output
+
+
+# The batch's layout, the KV cache write and the attention each run as one program a
+# shape (torch.compile's "tpu" backend; sizes symbolic after the first new one), not
+# op by op: they run at every step, outside the model's programs.
+@torch.compile(backend="tpu", fullgraph=True)
+def batch_layout(
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    block_table: torch.Tensor,
+    num_tokens: int,
+    max_query: int,
+    max_context: int,
+    block_size: int,
+    causal: bool,
+    sliding_window: int | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """TpuAttentionMetadata's tensors for a batch of requests (query_start_loc [R + 1],
+    seq_lens [R], block_table [R, blocks]) padded to max_query queries and
+    max_context context slots each."""
+    device = query_start_loc.device
+    query_start_loc = query_start_loc.to(torch.int64)
+    starts = query_start_loc[:-1]
+    query_lens = query_start_loc[1:] - starts
+    seq_lens = seq_lens.to(torch.int64)
+
+    i = torch.arange(max_query, device=device)
+    token_valid = i[None, :] < query_lens[:, None]
+    token_rows = torch.where(token_valid, starts[:, None] + i[None, :], 0).reshape(-1)
+    # A request's queries are the last of its context: query i at position
+    # seq_len - query_len + i.
+    query_pos = (seq_lens - query_lens)[:, None] + i[None, :]
+
+    j = torch.arange(max_context, device=device)
+    blocks = block_table.to(torch.int64)
+    block_of_j = (j // block_size).clamp(max=blocks.shape[1] - 1)
+    context_slots = blocks[:, block_of_j] * block_size + j % block_size
+
+    # Padding requests (no context) attend to slot 0 of the null block, so that
+    # their rows, which nothing reads, stay finite.
+    mask = j[None, None, :] < seq_lens.clamp(min=1)[:, None, None]
+    if causal:
+        mask = mask & (j[None, None, :] <= query_pos[:, :, None])
+    if sliding_window is not None:
+        mask = mask & (j[None, None, :] > query_pos[:, :, None] - sliding_window)
+
+    # Padding tokens (past the batch's last query) read row 0.
+    num_reqs = starts.shape[0]
+    request = request_of_tokens(query_start_loc, num_reqs, num_tokens)
+    t = torch.arange(num_tokens, device=device)
+    row_of_token = torch.where(
+        t < query_start_loc[-1], request * max_query + (t - starts[request]), 0
+    )
+    return token_rows, context_slots, mask[:, None], row_of_token
+
+
+@torch.compile(backend="tpu", fullgraph=True)
+def write_kv_cache(
+    rows: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
+) -> None:
+    """Stores each token's key and value at its slot of `rows` [slots, kv_heads,
+    2 * head_size]; padding tokens (slot -1) write block 0, the KV cache manager's
+    null block that no request reads, with what it holds already."""
+    n = slot_mapping.shape[0]
+    slots = slot_mapping.clamp(min=0)
+    new = torch.cat((key[:n], value[:n]), dim=-1).to(rows.dtype)
+    new = torch.where((slot_mapping >= 0)[:, None, None], new, rows[slots])
+    rows.index_copy_(0, slots, new)
+
+
+@torch.compile(backend="tpu", fullgraph=True)
+def paged_attention(
+    query: torch.Tensor,
+    rows: torch.Tensor,
+    context_slots: torch.Tensor,
+    token_rows: torch.Tensor,
+    mask: torch.Tensor,
+    row_of_token: torch.Tensor,
+    sinks: torch.Tensor | None,
+    num_kv_heads: int,
+    scale: float,
+    soft_cap: float,
+) -> torch.Tensor:
+    """Attention of the tokens `query` [n, heads, head_size] over their requests'
+    contexts in `rows`, as TpuAttentionMetadata lays them out; [n, heads * head_size]
+    in float32."""
+    num_heads, head_size = query.shape[1:]
+    num_reqs = context_slots.shape[0]
+    max_query = token_rows.shape[0] // num_reqs
+    context = rows[context_slots]  # [requests, context, kv_heads, 2 * head_size]
+    k, v = context.split(head_size, dim=-1)
+    group = num_heads // num_kv_heads
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+    q = query[token_rows].view(num_reqs, max_query, num_heads, head_size)
+    # [requests, heads, queries, context] in float32.
+    scores = torch.einsum("rqhd,rchd->rhqc", q.float(), k.float()) * scale
+    if soft_cap:
+        scores = soft_cap * torch.tanh(scores / soft_cap)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    if sinks is not None:
+        sink = sinks.float()[None, :, None, None].expand(num_reqs, -1, max_query, 1)
+        probs = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    out = torch.einsum("rhqc,rchd->rqhd", probs, v.float())
+    return out.reshape(num_reqs * max_query, num_heads * head_size)[row_of_token]

@@ -128,7 +128,20 @@ class TpuPlatform(Platform):
         compilation_config.cudagraph_capture_sizes = []
         # Models run their plain-PyTorch forward (CustomOp.forward_native).
         compilation_config.custom_ops = ["none"]
-        compilation_config.mode = CompilationMode.NONE
+        if compilation_config.mode != CompilationMode.NONE:  # not enforce_eager
+            # The model traced once by Dynamo (sizes symbolic, guards dropped, as
+            # vLLM's own compile mode does) into torch.compile's "tpu" backend: each
+            # padded batch size replays one program per run of layers between the
+            # attention ops, which run at every step.
+            compilation_config.mode = CompilationMode.DYNAMO_TRACE_ONCE
+            compilation_config.backend = "tpu"
+
+    @classmethod
+    def opaque_attention_op(cls) -> bool:
+        # Attention as vLLM's custom ops: a compiled model calls them at every step
+        # (they read the step's metadata from the forward context), and records the
+        # layers between them.
+        return True
 
     @classmethod
     def get_punica_wrapper(cls) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch_tpu
 from vllm.logger import init_logger
 from vllm.utils.mem_utils import format_gib
 from vllm.utils.torch_utils import set_random_seed
@@ -24,6 +25,10 @@ class TpuWorker(Worker):
 
         self.device = torch.device("tpu", self.local_rank)
         torch.tpu.set_device(self.device)
+        # The runner pads batches to a few sizes itself: torch_tpu's automatic bounds
+        # (for sequences grown by cat) would only pad further and run ops that meet
+        # the runner's static tensors once per size.
+        torch_tpu._C._set_automatic_bounds(False)
         current_platform.check_if_supports_dtype(self.model_config.dtype)
         init_worker_distributed_environment(
             self.vllm_config,
