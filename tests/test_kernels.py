@@ -204,7 +204,11 @@ def test_register_autograd_overrides_the_derived_gradient():
 
 
 def test_opcheck():
-    op = kernels.jax_op(unique("rmsnorm"), rmsnorm, static_argnames=("eps",))
+    def annotated(x, w, eps: float = 1e-6) -> jax.Array:
+        return rmsnorm(x, w, eps)
+
+    # Its schema is its own (typed statics, annotated result): the op is a CustomOpDef.
+    op = kernels.jax_op(unique("rmsnorm"), annotated, static_argnames=("eps",))
     args = (torch.randn(3, 8, device="tpu", requires_grad=True), torch.randn(8, device="tpu"))
     # Shapes are static (aot_dispatch_dynamic traces with symbolic ones); PyTorch's
     # autograd-registration check knows only CPU, CUDA and XPU tensors.
@@ -247,10 +251,18 @@ def test_results_that_are_not_arrays():
     op = kernels.jax_op(name, lambda x: "text")
     with pytest.raises(TypeError, match=rf"{name}: .* returned a value of type <class 'str'>"):
         op(torch.randn(2, device="tpu"))
-    name = unique("undeclared_tuple")
-    op = kernels.jax_op(name, lambda x: (x, x))
-    with pytest.raises(TypeError, match=rf"{name}: the function returned 2 values; annotate"):
+    name = unique("annotated_single")
+
+    def one(x) -> jax.Array:
+        return x, x
+
+    op = kernels.jax_op(name, one)
+    with pytest.raises(TypeError, match=rf"{name}: the function returned 2 values, its return"):
         op(torch.randn(2, device="tpu"))
+    name = unique("unhashable")
+    op = kernels.jax_op(name, lambda x, k: x * k[0], static_argnames="k")
+    with pytest.raises(TypeError, match=rf"{name}: static arguments \('k',\) must be hashable"):
+        op(torch.randn(2, device="tpu"), [2.0, {}])
 
 
 def test_dtypes_without_a_counterpart():
@@ -281,8 +293,6 @@ def test_a_kernel_that_does_not_lower_on_the_platform_names_op_and_platform():
 
 
 def test_bad_definitions():
-    with pytest.raises(TypeError, match="static argument 'k' needs a type"):
-        kernels.jax_op(unique("untyped"), lambda x, k: x * k, static_argnames=("k",))
     with pytest.raises(TypeError, match="static_argnames names no parameter"):
         kernels.jax_op(unique("unknown"), lambda x: x, static_argnames=("y",))
     with pytest.raises(ValueError, match=r"@main takes \[\(\(2, 3\), torch.float32\)"):
@@ -300,3 +310,63 @@ def test_without_jax_the_module_names_the_extra():
     assert out.returncode != 0
     assert "ImportError: torch_tpu.kernels needs JAX" in out.stderr
     assert "pip install 'torch_tpu[jax]'" in out.stderr
+
+
+# JAX code as JAX users write it: static arguments without types (any hashable value,
+# as jax.jit takes them) and results without a return annotation.
+def top2(x, scale, axis=-1):
+    values, indices = jax.lax.top_k(jnp.moveaxis(x, axis, -1) * scale[0] + scale[1], 2)
+    return values, indices
+
+
+def top2_torch(x, scale, axis=-1):
+    out = (x.movedim(axis, -1) * scale[0] + scale[1]).topk(2)
+    return out.values, out.indices.int()  # JAX's default integer
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_unannotated_statics_and_results(mode):
+    op = kernels.jax_op(unique("top2"), top2, static_argnames=("scale", "axis"))
+    x = torch.randn(4, 6)
+    with torch_tpu.eager_mode(mode):
+        for scale, axis in [((2.0, 1), -1), ((2.0, 1), 0), ((-1.0, 0), -1)]:
+            got = grads_of(lambda t, s=scale, a=axis: op(t, s, axis=a), x.to("tpu"))
+            want = grads_of(lambda t, s=scale, a=axis: top2_torch(t, s, a), x)
+            assert_close(got[0], want[0])
+            assert_close(got[1], want[1])
+    # One array, not a tuple of one: the op returns what the function returns.
+    double = kernels.jax_op(unique("double"), lambda t: t * 2)
+    assert isinstance(double(x.to("tpu")), torch.Tensor)
+    single = kernels.jax_op(unique("single"), lambda t: (t * 2,))
+    (out,) = single(x.to("tpu"))
+    torch.testing.assert_close(out.cpu(), x * 2)
+
+
+def test_unannotated_op_compiles_once_per_signature_and_without_graph_breaks():
+    op = kernels.jax_op(unique("top2"), top2, static_argnames=("scale", "axis"))
+
+    def block(x):
+        values, _ = op(x, (0.5, 0.0))
+        return values.sum(-1) + op(x, (1.0, 2.0), axis=0)[0].sum()
+
+    x = torch.randn(5, 5)
+    xt = x.to("tpu")
+    assert torch._dynamo.explain(block)(xt).graph_break_count == 0
+    compiled = torch.compile(block, backend="tpu")
+    want = top2_torch(x, (0.5, 0.0))[0].sum(-1) + top2_torch(x, (1.0, 2.0), 0)[0].sum()
+    torch.testing.assert_close(compiled(xt).cpu(), want)
+    torch_tpu.reset_metrics()
+    for _ in range(2):
+        torch.testing.assert_close(op(xt, (0.5, 0.0))[0].cpu(), top2_torch(x, (0.5, 0.0))[0])
+    assert torch_tpu.metrics()["compiles"] <= 1  # the first eager call's program, once
+
+
+def test_register_autograd_on_an_op_with_untyped_statics():
+    op = kernels.jax_op(unique("shift"), lambda x, by: x + by[0], static_argnames="by")
+    op.register_autograd(
+        lambda ctx, g: g * ctx.by[1],
+        setup_context=lambda ctx, inputs, output: setattr(ctx, "by", inputs[1]),
+    )
+    x = torch.ones(3, device="tpu", requires_grad=True)
+    op(x, (1.0, 7.0)).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), torch.full((3,), 7.0))

@@ -137,7 +137,9 @@ def _call(module_id: str, tensors: Sequence[torch.Tensor], single: bool):
 _STATIC_TYPES = {int: "int", float: "float", bool: "bool", str: "str"}
 
 
-def _static_type(op: str, param: inspect.Parameter) -> str:
+def _static_type(param: inspect.Parameter) -> str | None:
+    """The schema type of a static argument from its annotation or default, or None:
+    then any hashable value (as ``jax.jit`` takes), carried by key (``_static_key``)."""
     ann = param.annotation
     if ann in _STATIC_TYPES:
         return _STATIC_TYPES[ann]
@@ -149,10 +151,27 @@ def _static_type(op: str, param: inspect.Parameter) -> str:
         return _STATIC_TYPES[type(default)]
     if isinstance(default, (list, tuple)) and default and type(default[0]) in (int, float, bool):
         return _STATIC_TYPES[type(default[0])] + "[]"
-    raise TypeError(
-        f"{op}: static argument {param.name!r} needs a type: annotate it (int, float, bool, str, "
-        "list[int], ...) or give it a default value"
-    )
+    return None
+
+
+# Static values of no schema type, by key: an op takes their key (a str argument).
+_static_values: dict[str, tuple] = {}
+_static_keys: dict[tuple, str] = {}
+
+
+# Run at Dynamo's trace (a constant of the graph): the op's fake kernel reads the values.
+@torch._dynamo.assume_constant_result
+def _static_key(op: str, names: tuple[str, ...], values: tuple) -> str:
+    try:
+        key = _static_keys.get(values)
+    except TypeError:
+        raise TypeError(
+            f"{op}: static arguments {names} must be hashable (as jax.jit requires), got {values!r}"
+        ) from None
+    if key is None:
+        key = _static_keys[values] = f"s{len(_static_keys)}"
+        _static_values[key] = values
+    return key
 
 
 def _schema_default(value) -> str:
@@ -163,48 +182,89 @@ def _schema_default(value) -> str:
     return repr(value) if not isinstance(value, bool) else str(value)
 
 
-def _num_outputs(fn: Callable, signature: inspect.Signature) -> int:
+def _num_outputs(fn: Callable, signature: inspect.Signature) -> int | None:
+    """The number of arrays ``fn`` returns by its annotation: 1 for an array, n for a
+    tuple of n; None without one (found by tracing: the op returns a list)."""
     ann = signature.return_annotation
+    if ann is inspect.Signature.empty:
+        return None
     if typing.get_origin(ann) is tuple:
         args = typing.get_args(ann)
         if not args or args[-1] is Ellipsis:
             raise TypeError(
                 f"the return annotation of {fn.__name__} must give the number of arrays "
-                "(tuple[jax.Array, jax.Array]): the op's schema is fixed when it is defined"
+                "(tuple[jax.Array, jax.Array]), or be left out"
             )
         return len(args)
     return 1
 
 
+# Kinds of parameters besides static schema types ("int", "float[]", ...).
+_TENSOR, _TENSORS, _OPAQUE = "Tensor", "Tensor[]", None
+_KEY = "static_key"  # the schema argument carrying the _OPAQUE values' key
+
+
 class _Signature:
     """How an op's arguments split into arrays and static values."""
 
-    def __init__(self, params: list[tuple[str, str | None, object]], num_outputs: int):
-        self.params = params  # (name, static type or None for a tensor, default)
-        self.num_outputs = num_outputs
+    def __init__(self, params: list[tuple[str, str | None, object]], num_outputs: int | None):
+        # (name, _TENSOR, _TENSORS, a static schema type or _OPAQUE, default)
+        self.params = params
+        self.num_outputs = num_outputs  # None: a list, as many as the function returns
+        self.opaque = tuple(name for name, kind, _ in params if kind is _OPAQUE)
+
+    @property
+    def declared(self) -> bool:
+        """Whether the op's schema is the function's own (no opaque statics, results
+        annotated): then the op is called directly."""
+        return not self.opaque and self.num_outputs is not None
 
     def schema(self) -> str:
         args = []
-        for name, static, default in self.params:
-            decl = f"{static or 'Tensor'} {name}"
-            if default is not inspect.Parameter.empty:
+        for name, kind, default in self.params:
+            if kind is _OPAQUE:
+                continue
+            decl = f"{kind} {name}"
+            # Defaults for callers of the op itself; JaxOp passes every argument. (The
+            # dispatcher drops trailing arguments equal to their defaults, which
+            # autograd of an op returning a list does not expect.)
+            if self.declared and default is not inspect.Parameter.empty:
                 decl += "=" + _schema_default(default)
             args.append(decl)
+        if self.opaque:
+            args.append(f"str {_KEY}")
+        if self.num_outputs is None:
+            return f"({', '.join(args)}) -> Tensor[]"
         rets = ", ".join(["Tensor"] * self.num_outputs)
         return f"({', '.join(args)}) -> " + (rets if self.num_outputs == 1 else f"({rets})")
 
     def split(self, args) -> tuple[list[torch.Tensor], dict[str, object]]:
+        """The op's arguments (in schema order) as its tensors and its static values."""
         tensors, statics = [], {}
-        for (name, static, _), value in zip(self.params, args):
-            if static is None:
+        schema_params = [(n, k, d) for n, k, d in self.params if k is not _OPAQUE]
+        # The dispatcher leaves out trailing arguments equal to their defaults.
+        args = list(args) + [d for _, _, d in schema_params[len(args) :]]
+        for (name, kind, _), value in zip(schema_params, args):
+            if kind == _TENSOR:
                 tensors.append(value)
+            elif kind == _TENSORS:
+                tensors.extend(value)
             else:
                 statics[name] = tuple(value) if isinstance(value, list) else value
+        if self.opaque:
+            statics.update(zip(self.opaque, _static_values[args[len(schema_params)]]))
         return tensors, statics
+
+    def op_arguments(self, op: str, values: dict) -> list:
+        """The op's arguments (schema order) from the function's, bound by name."""
+        out = [values[name] for name, kind, _ in self.params if kind is not _OPAQUE]
+        if self.opaque:
+            out.append(_static_key(op, self.opaque, tuple(values[n] for n in self.opaque)))
+        return out
 
     @property
     def tensor_names(self) -> list[str]:
-        return [name for name, static, _ in self.params if static is None]
+        return [name for name, kind, _ in self.params if kind == _TENSOR]
 
 
 def _signature_of(op: str, fn: Callable, static_argnames: Sequence[str]) -> _Signature:
@@ -217,9 +277,9 @@ def _signature_of(op: str, fn: Callable, static_argnames: Sequence[str]) -> _Sig
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             raise TypeError(f"{op}: *args and **kwargs cannot be op arguments ({p.name})")
         if p.name in static_argnames:
-            params.append((p.name, _static_type(op, p), p.default))
+            params.append((p.name, _static_type(p), p.default))
         else:
-            params.append((p.name, None, inspect.Parameter.empty))
+            params.append((p.name, _TENSOR, inspect.Parameter.empty))
     unknown = set(static_argnames) - {name for name, _, _ in params}
     if unknown:
         raise TypeError(f"{op}: static_argnames names no parameter of the function: {unknown}")
@@ -235,13 +295,20 @@ class _Lowering:
     def __init__(self, op: str, fn: Callable, signature: _Signature):
         self.op, self.fn, self.signature = op, fn, signature
         self._shapes: dict[tuple, list[tuple[tuple[int, ...], torch.dtype]]] = {}
+        # Whether the function returned one array (not a tuple), for results found by
+        # tracing; read by JaxOp.
+        self.single: dict[tuple, bool] = {}
         self._modules: dict[tuple, str] = {}
 
     def _bound(self, statics: dict):
-        names = self.signature.tensor_names
+        names = [n for n, kind, _ in self.signature.params if kind == _TENSOR]
+        listed = [n for n, kind, _ in self.signature.params if kind == _TENSORS]
 
         def call(*arrays):
-            return self.fn(**dict(zip(names, arrays)), **statics)
+            args = dict(zip(names, arrays))
+            if listed:  # the arrays after the named ones
+                args[listed[0]] = list(arrays[len(names) :])
+            return self.fn(**args, **statics)
 
         return call
 
@@ -251,25 +318,31 @@ class _Lowering:
     def _x64(self, tensors):
         return jax.enable_x64(any(t.dtype in _WIDE for t in tensors))
 
-    def _check_results(self, outs) -> list:
-        single = self.signature.num_outputs == 1
+    def _leaves(self, outs) -> tuple[list, bool]:
+        """The function's results as a list, and whether it returned a single array."""
+        declared = self.signature.num_outputs
+        single = not isinstance(outs, (tuple, list)) if declared is None else declared == 1
         leaves = [outs] if single else outs
-        if not single and (not isinstance(outs, (tuple, list)) or len(outs) != len(leaves)):
+        if not single and not isinstance(outs, (tuple, list)):
             raise TypeError(f"{self.op}: the function returned {outs!r}, not a tuple of arrays")
-        if single and isinstance(outs, (tuple, list)):
+        if declared == 1 and isinstance(outs, (tuple, list)):
             raise TypeError(
-                f"{self.op}: the function returned {len(outs)} values; annotate its return as "
-                "tuple[jax.Array, ...] with their number (the op's schema is fixed when defined)"
+                f"{self.op}: the function returned {len(outs)} values, its return annotation "
+                "says one array"
             )
-        if not single and len(outs) != self.signature.num_outputs:
+        if declared is not None and len(leaves) != declared:
             raise TypeError(
                 f"{self.op}: the function returned {len(outs)} arrays, its annotation says "
-                f"{self.signature.num_outputs}"
+                f"{declared}"
             )
+        return list(leaves), single
+
+    def _check_results(self, outs) -> tuple[list, bool]:
+        leaves, single = self._leaves(outs)
         for out in leaves:
             if not isinstance(out, jax.ShapeDtypeStruct):
                 raise TypeError(f"{self.op}: the function returned {out!r}, not an array")
-        return [(tuple(o.shape), _torch_dtype(self.op, o.dtype)) for o in leaves]
+        return [(tuple(o.shape), _torch_dtype(self.op, o.dtype)) for o in leaves], single
 
     def _jax(self, what: Callable, tensors):
         """``what(specs)`` under JAX, its errors naming the op."""
@@ -281,8 +354,13 @@ class _Lowering:
         except Exception as e:
             raise RuntimeError(f"{self.op}: JAX could not trace the function: {e}") from e
 
+    @staticmethod
+    def key(tensors, statics) -> tuple:
+        named = tuple(sorted(statics.items(), key=lambda item: item[0]))
+        return (tuple((tuple(t.shape), t.dtype) for t in tensors), named)
+
     def results(self, tensors, statics):
-        key = (tuple((tuple(t.shape), t.dtype) for t in tensors), tuple(statics.items()))
+        key = self.key(tensors, statics)
         if key not in self._shapes:
             if any(not isinstance(s, int) for t in tensors for s in t.shape):
                 raise RuntimeError(
@@ -290,11 +368,16 @@ class _Lowering:
                     "torch.compile(..., dynamic=False)"
                 )
             outs = self._jax(lambda specs: jax.eval_shape(self._bound(statics), *specs), tensors)
-            self._shapes[key] = self._check_results(outs)
+            self._shapes[key], self.single[key] = self._check_results(outs)
         return self._shapes[key]
 
+    def pack(self, results: list):
+        """The op's return value from its list of results, as its schema says."""
+        n = self.signature.num_outputs
+        return results if n is None else results[0] if n == 1 else tuple(results)
+
     def module(self, tensors, statics) -> str:
-        key = (tuple((tuple(t.shape), t.dtype) for t in tensors), tuple(statics.items()))
+        key = self.key(tensors, statics)
         if key not in self._modules:
             results = self.results(tensors, statics)
             traced = self._jax(
@@ -316,9 +399,8 @@ class _Lowering:
         arrays = [jax.dlpack.from_dlpack(t.detach().contiguous()) for t in tensors]
         with self._x64(tensors), jax.default_device(jax.devices("cpu")[0]):
             outs = jax.jit(self._bound(statics))(*arrays)
-        leaves = [outs] if self.signature.num_outputs == 1 else list(outs)
-        results = [torch.from_dlpack(o).clone() for o in leaves]
-        return results[0] if self.signature.num_outputs == 1 else tuple(results)
+        leaves, _ = self._leaves(outs)
+        return self.pack([torch.from_dlpack(o).clone() for o in leaves])
 
 
 def _define(op: str, lowering: _Lowering, vjp: bool):
@@ -334,7 +416,7 @@ def _define(op: str, lowering: _Lowering, vjp: bool):
     def _(*args):
         tensors, statics = signature.split(args)
         module_id = lowering.module(tensors, statics)
-        return _call(module_id, tensors, signature.num_outputs == 1)
+        return lowering.pack(list(_STABLEHLO_CALL(list(tensors), module_id)))
 
     @custom.register_fake
     def _(*args):
@@ -344,7 +426,7 @@ def _define(op: str, lowering: _Lowering, vjp: bool):
             torch.empty(shape, dtype=dtype, device=device)
             for shape, dtype in lowering.results(tensors, statics)
         ]
-        return outs[0] if signature.num_outputs == 1 else tuple(outs)
+        return lowering.pack(outs)
 
     if vjp:
         _register_vjp(op, custom, lowering)
@@ -352,18 +434,15 @@ def _define(op: str, lowering: _Lowering, vjp: bool):
 
 
 def _register_vjp(op: str, custom, lowering: _Lowering) -> None:
-    """The backward of ``op`` as another JAX op (``jax.vjp`` of the function), defined on
-    first use."""
+    """The backward of ``op`` as another JAX op (``jax.vjp`` of the function, the
+    cotangents one list), defined on first use."""
     signature = lowering.signature
     names = signature.tensor_names
-    n_in, n_out = len(names), signature.num_outputs
-
+    n_in = len(names)
     primal_names = [f"primal_{n}" for n in names]
-    cotangent_names = [f"cotangent_{k}" for k in range(n_out)]
 
-    def backward_fn(**values):
+    def backward_fn(cotangents, **values):
         primals = [values.pop(n) for n in primal_names]
-        cotangents = [values.pop(n) for n in cotangent_names]
         statics = values
         diff = [i for i, p in enumerate(primals) if jnp.issubdtype(p.dtype, jnp.inexact)]
 
@@ -374,19 +453,22 @@ def _register_vjp(op: str, custom, lowering: _Lowering) -> None:
             return lowering.fn(**dict(zip(names, full)), **statics)
 
         outs, pullback = jax.vjp(of_differentiable, *(primals[i] for i in diff))
-        leaves = [outs] if n_out == 1 else list(outs)
+        leaves, single = lowering._leaves(outs)
+        cotangents = list(cotangents)
         for k, out in enumerate(leaves):  # integer results take no cotangent
             if not jnp.issubdtype(out.dtype, jnp.inexact):
                 cotangents[k] = jnp.zeros(out.shape, jax.dtypes.float0)
-        grads = pullback(cotangents[0] if n_out == 1 else tuple(cotangents))
+        grads = pullback(cotangents[0] if single else type(outs)(cotangents))
         result = [jnp.zeros_like(p) for p in primals]
         for i, g in zip(diff, grads):
             result[i] = g
         return result[0] if n_in == 1 else tuple(result)
 
-    statics = [(name, static, default) for name, static, default in signature.params if static]
+    statics = [(n, kind, d) for n, kind, d in signature.params if kind != _TENSOR]
     backward_signature = _Signature(
-        [(n, None, inspect.Parameter.empty) for n in primal_names + cotangent_names] + statics,
+        [(n, _TENSOR, inspect.Parameter.empty) for n in primal_names]
+        + [("cotangents", _TENSORS, inspect.Parameter.empty)]
+        + statics,
         n_in,
     )
     backward_lowering = _Lowering(f"{op}_vjp", backward_fn, backward_signature)
@@ -396,44 +478,148 @@ def _register_vjp(op: str, custom, lowering: _Lowering) -> None:
         tensors, static_values = signature.split(inputs)
         ctx.save_for_backward(*tensors)
         ctx.statics = static_values
-        outs = [output] if n_out == 1 else list(output)
+        outs = [output] if signature.num_outputs == 1 else list(output)
         ctx.outputs = [(o.shape, o.dtype, o.device) for o in outs]
 
     def backward(ctx, *grads):
+        if signature.num_outputs is None:  # one list of gradients
+            (grads,) = grads
         cotangents = [
             g if g is not None else torch.zeros(shape, dtype=dtype, device=device)
             for g, (shape, dtype, device) in zip(grads, ctx.outputs)
         ]
         primals = ctx.saved_tensors
-        outs = backward_op()(*primals, *cotangents, **ctx.statics)
+        values = dict(zip(primal_names, primals), cotangents=cotangents, **ctx.statics)
+        outs = backward_op()(*backward_signature.op_arguments(f"{op}_vjp", values))
         outs = [outs] if n_in == 1 else list(outs)
         result, k = [], 0
-        for _, static, _ in signature.params:
-            if static:
+        for _, kind, _ in signature.params:
+            if kind is _OPAQUE:
+                continue
+            if kind != _TENSOR:
                 result.append(None)
                 continue
             result.append(outs[k] if primals[k].dtype.is_floating_point else None)
             k += 1
+        if signature.opaque:
+            result.append(None)  # the static key
         return tuple(result)
 
     custom.register_autograd(backward, setup_context=setup_context)
 
 
+_lowerings: dict[str, _Lowering] = {}
+
+
+# Run at Dynamo's trace (a constant of the graph): the op's fake kernel has traced the
+# function by then, and Dynamo's copy of a dict would not see what it added.
+@torch._dynamo.assume_constant_result
+def _returned_one_array(op: str, shapes: tuple, dtypes: tuple, statics: tuple) -> bool:
+    key = (tuple(zip(shapes, dtypes)), tuple(sorted(statics, key=lambda item: item[0])))
+    return _lowerings[op].single[key]
+
+
+class JaxOp:
+    """A JAX function as PyTorch op whose schema is not all its own: static arguments of
+    no schema type (any hashable value, as ``jax.jit`` takes, passed to the op by key)
+    and results found by tracing (the op returns a list; a call returns what the
+    function returns, an array or a tuple). ``op`` is the custom op."""
+
+    def __init__(self, op, fn: Callable, lowering: _Lowering):
+        self.op, self._lowering = op, lowering
+        self._signature = inspect.signature(fn)
+        self._defaults = {
+            n: p.default
+            for n, p in self._signature.parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
+        self.__name__ = getattr(fn, "__name__", "jax_op")
+
+    def _bind(self, args, kwargs) -> dict:
+        # By hand, not Signature.bind: Dynamo traces this.
+        names = list(self._signature.parameters)
+        if len(args) > len(names):
+            raise TypeError(f"{self.op._qualname}: {len(args)} arguments, it takes {len(names)}")
+        values = dict(self._defaults)
+        values.update(zip(names, args))
+        values.update(kwargs)
+        missing = [n for n in names if n not in values]
+        unknown = [n for n in kwargs if n not in names]
+        if missing or unknown:
+            raise TypeError(f"{self.op._qualname}: missing {missing}, unexpected {unknown}")
+        return values
+
+    def __call__(self, *args, **kwargs):
+        values = self._bind(args, kwargs)
+        signature = self._lowering.signature
+        out = self.op(*signature.op_arguments(self.op._qualname, values))
+        if signature.num_outputs is not None:
+            return out
+        tensors = [values[n] for n in signature.tensor_names]
+        statics = tuple(
+            (n, tuple(values[n]) if isinstance(values[n], list) else values[n])
+            for n, kind, _ in signature.params
+            if kind != _TENSOR
+        )
+        shapes = tuple(tuple(t.shape) for t in tensors)
+        dtypes = tuple(t.dtype for t in tensors)
+        single = _returned_one_array(self.op._qualname, shapes, dtypes, statics)
+        return out[0] if single else tuple(out)
+
+    def register_autograd(self, backward: Callable, *, setup_context: Callable | None = None):
+        """As ``CustomOpDef.register_autograd``, with the function's arguments and results
+        (``setup_context`` sees them as the function takes and returns them)."""
+        signature, lowering = self._lowering.signature, self._lowering
+        names = [n for n, kind, _ in signature.params if kind is not _OPAQUE]
+
+        def setup(ctx, inputs, output):
+            values = dict(zip(names, inputs))
+            if signature.opaque:
+                values.update(zip(signature.opaque, _static_values[inputs[-1]]))
+            ctx.single = (
+                signature.num_outputs is None
+                and len(output) == 1
+                and lowering.single[_Lowering.key(*signature.split(inputs))]
+            )
+            if setup_context is not None:
+                args = [values[n] for n in self._signature.parameters]
+                setup_context(ctx, args, output[0] if ctx.single else output)
+
+        def run(ctx, *grads):
+            if signature.num_outputs is None:
+                (grads,) = grads
+                grads = grads[:1] if ctx.single else grads
+            got = backward(ctx, *grads)
+            got = got if isinstance(got, tuple) else (got,)
+            by_name = dict(zip(self._signature.parameters, got))
+            out = [by_name.get(n) for n in names]
+            return tuple(out + [None] * bool(signature.opaque))
+
+        self.op.register_autograd(run, setup_context=setup)
+
+
 def jax_op(name: str, fn: Callable, *, static_argnames: Sequence[str] = (), vjp: bool = True):
-    """Makes the JAX function ``fn`` the custom op ``name`` ("ns::name").
+    """Makes the JAX function ``fn`` the custom op ``name`` ("ns::name"), as JAX code is
+    written: ``jax_op(name, fn, static_argnames=...)`` takes what ``jax.jit(fn,
+    static_argnames=...)`` takes.
 
     Parameters of ``fn`` not named in ``static_argnames`` take tensors (JAX arrays of the
     same shape and dtype, whatever the tensors' strides); those named are static values,
-    typed by their annotation or default (int, float, bool, str, lists of numbers) and part
-    of the cache key. ``fn`` returns an array, or a tuple of them with its length in the
-    return annotation (``-> tuple[jax.Array, jax.Array]``). Returns a
-    ``torch.library.CustomOpDef``: ``torch.compile``, ``opcheck`` and ``register_autograd``
-    work on it. With ``vjp`` (the default) its gradient is ``jax.vjp``'s.
+    part of the cache key: typed by their annotation or default (int, float, bool, str,
+    lists of numbers) they are the op's own arguments; otherwise any hashable value. ``fn``
+    returns an array or a tuple of them. When the op's schema is the function's own (static
+    arguments typed, the return annotated: ``-> jax.Array`` or ``-> tuple[jax.Array,
+    jax.Array]``), returns the ``torch.library.CustomOpDef``: ``torch.compile``, ``opcheck``
+    and ``register_autograd`` work on it. Otherwise a ``JaxOp``, which calls such an op
+    (one program per signature all the same) and has ``register_autograd``. With ``vjp``
+    (the default) its gradient is ``jax.vjp``'s.
     """
     if isinstance(static_argnames, str):
         static_argnames = (static_argnames,)
     signature = _signature_of(name, fn, static_argnames)
-    return _define(name, _Lowering(name, fn, signature), vjp)
+    lowering = _lowerings[name] = _Lowering(name, fn, signature)
+    custom = _define(name, lowering, vjp)
+    return custom if signature.declared else JaxOp(custom, fn, lowering)
 
 
 # ---------------------------------------------------------------- stablehlo_op
