@@ -113,7 +113,7 @@ STRICT_ONLY ?= --ignore=tests/test_ops.py --ignore=tests/test_compile.py \
 	--ignore=tests/test_packaging.py --ignore=tests/test_command_line.py \
 	--ignore=tests/test_argument_checks.py --ignore=tests/test_data_checks.py \
 	--ignore=tests/test_error_inputs.py --ignore=tests/test_unsupported_dtypes.py \
-	--ignore=tests/test_kernels.py --ignore=tests/test_profiler.py \
+	--ignore=tests/test_kernels.py --ignore=tests/test_helion.py --ignore=tests/test_profiler.py \
 	--ignore=tests/test_frameworks.py --ignore=tests/test_modules.py
 PER_OP_TESTS ?= --ignore-glob='tests/test_ops_*.py' --ignore=tests/test_zero_size.py
 DEBUG_TESTS ?= tests/test_device.py tests/test_eager_modes.py tests/test_views.py \

@@ -1,9 +1,11 @@
-"""A JAX kernel inside defer_and_fuse against the same computation written in PyTorch ops.
+"""Custom kernels against the same computation written in PyTorch ops, in each eager mode.
 
-The block is RMSNorm and a rotary embedding between PyTorch ops (a scale before, an
-activation and a residual after), one step each: with JAX kernels (``torch_tpu.kernels.jax_op``) and with PyTorch ops, in
-the same run, alternating rounds, medians. Also the first call of each on a new shape
-(JAX's lowering, then XLA's compile; the compile cache is off for the run). Prints the
+Two blocks between PyTorch ops (a scale before, an activation and a residual after), one
+step each: RMSNorm and a rotary embedding as one JAX kernel (``torch_tpu.kernels.jax_op``),
+and RMSNorm then softmax as two Helion kernels (``@helion.kernel``, Pallas backend; skipped
+without Helion); each against the same block in PyTorch ops, in the same run, alternating
+rounds, medians. Also the first call of each on a new shape (Helion's code generation,
+JAX's lowering, then XLA's compile; the compile cache is off for the run). Prints the
 ratios kernel/PyTorch. Run: ``.venv/bin/python benchmarks/custom_kernel.py [--rounds 7]``.
 """
 
@@ -20,7 +22,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=50, help="blocks per round (default: 50)")
     parser.add_argument("--tokens", type=int, default=256, help="rows of x (default: 256)")
     parser.add_argument("--dim", type=int, default=512, help="features (default: 512)")
-    parser.add_argument("--mode", default="defer_and_fuse", help="eager mode (default: fused)")
+    parser.add_argument(
+        "--modes",
+        default="strict,defer_and_fuse",
+        help="eager modes, comma-separated (default: strict,defer_and_fuse)",
+    )
     return parser.parse_args()
 
 
@@ -52,6 +58,24 @@ def rms_norm_rotary_torch(x, w, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
+try:  # the Helion kernels of examples/helion_kernels.py (the helion extra)
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+    from helion_kernels import EPS as HELION_EPS
+    from helion_kernels import rms_norm_kernel, softmax_kernel
+except ImportError:
+    rms_norm_kernel = None
+
+
+def rms_norm_softmax_helion(x, w, cos, sin):
+    return softmax_kernel(rms_norm_kernel(x, w))
+
+
+def rms_norm_softmax_torch(x, w, cos, sin):
+    return F.rms_norm(x, (x.shape[-1],), w, eps=HELION_EPS).softmax(-1)
+
+
 def block(fn, x, w, cos, sin):
     return F.silu(fn(x * 0.5, w, cos, sin)) + x
 
@@ -79,14 +103,13 @@ def first_call(fn, args) -> float:
     return time.perf_counter() - start
 
 
-def main(args: argparse.Namespace) -> None:
-    op = kernels.jax_op("bench::rms_norm_rotary", rms_norm_rotary)
-    variants = {"JAX kernel": op, "PyTorch ops": rms_norm_rotary_torch}
-    with torch_tpu.eager_mode(args.mode):
+def compare(mode: str, label: str, kernel_fn, torch_fn, args: argparse.Namespace) -> None:
+    variants = {label: kernel_fn, "PyTorch ops": torch_fn}
+    with torch_tpu.eager_mode(mode):
         data = inputs(args.tokens, args.dim)
         torch.tpu.synchronize()
-        want = block(rms_norm_rotary_torch, *data).cpu()
-        got = block(op, *data).cpu()
+        want = block(torch_fn, *data).cpu()
+        got = block(kernel_fn, *data).cpu()
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         steady = {name: [] for name in variants}
         first = {name: [] for name in variants}
@@ -97,20 +120,43 @@ def main(args: argparse.Namespace) -> None:
             for name, fn in order:
                 timed(fn, data, 2)  # warm: compiled
                 steady[name].append(timed(fn, data, args.iters))
-                fresh = inputs(args.tokens + 8 * (r + 1), args.dim)  # a shape not seen yet
+                # A shape not seen yet, a multiple of Helion's default block (32): a ragged
+                # one makes Helion emit a masked TPU pipeline, which the CPU platform's
+                # Pallas interpreter cannot run.
+                fresh = inputs(args.tokens + 32 * (r + 1), args.dim)
                 first[name].append(first_call(fn, fresh))
     kernel, torch_ops = (statistics.median(steady[n]) for n in variants)
     kernel_first, torch_first = (statistics.median(first[n]) for n in variants)
+    print(f"{label} ({mode}):")
+    print(f"  per block, kernel:       {kernel * 1e6:9.1f} us")
+    print(f"  per block, PyTorch ops:  {torch_ops * 1e6:9.1f} us")
+    print(f"  ratio kernel/PyTorch:    {kernel / torch_ops:9.2f}x")
+    print(f"  first call, kernel:      {kernel_first * 1e3:9.1f} ms")
+    print(f"  first call, PyTorch ops: {torch_first * 1e3:9.1f} ms (XLA compile)")
+    print(f"  ratio kernel/PyTorch:    {kernel_first / torch_first:9.2f}x")
+
+
+def main(args: argparse.Namespace) -> None:
+    pairs = [
+        (
+            "JAX kernel: RMSNorm + rotary",
+            kernels.jax_op("bench::rms_norm_rotary", rms_norm_rotary),
+            rms_norm_rotary_torch,
+        )
+    ]
+    if rms_norm_kernel is not None:
+        pairs.append(
+            ("Helion kernels: RMSNorm, softmax", rms_norm_softmax_helion, rms_norm_softmax_torch)
+        )
+    else:
+        print("Helion is not installed (the helion extra): its kernels are skipped")
     print(
-        f"mode: {args.mode}, platform: {torch_tpu.platform()}, x: {args.tokens}x{args.dim}, "
+        f"platform: {torch_tpu.platform()}, x: {args.tokens}x{args.dim}, "
         f"{args.rounds} alternating rounds of {args.iters} blocks, medians"
     )
-    print(f"per block, JAX kernel:   {kernel * 1e6:9.1f} us")
-    print(f"per block, PyTorch ops:  {torch_ops * 1e6:9.1f} us")
-    print(f"ratio kernel/PyTorch:    {kernel / torch_ops:9.2f}x")
-    print(f"first call, JAX kernel:  {kernel_first * 1e3:9.1f} ms (JAX lowering + XLA compile)")
-    print(f"first call, PyTorch ops: {torch_first * 1e3:9.1f} ms (XLA compile)")
-    print(f"ratio kernel/PyTorch:    {kernel_first / torch_first:9.2f}x")
+    for mode in args.modes.split(","):
+        for label, kernel_fn, torch_fn in pairs:
+            compare(mode, label, kernel_fn, torch_fn, args)
 
 
 if __name__ == "__main__":

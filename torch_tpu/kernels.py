@@ -15,6 +15,7 @@ must run in Pallas's interpret mode: ``pl.pallas_call(..., interpret=pallas_inte
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -299,6 +300,9 @@ class _Lowering:
         # tracing; read by JaxOp.
         self.single: dict[tuple, bool] = {}
         self._modules: dict[tuple, str] = {}
+        # Entered around tracing and lowering for the device (torch_tpu._internal's
+        # JaxCallable interprets TPU Pallas kernels on the CPU platform in it).
+        self.context: Callable[[], typing.ContextManager] = contextlib.nullcontext
 
     def _bound(self, statics: dict):
         names = [n for n, kind, _ in self.signature.params if kind == _TENSOR]
@@ -380,11 +384,13 @@ class _Lowering:
         key = self.key(tensors, statics)
         if key not in self._modules:
             results = self.results(tensors, statics)
-            traced = self._jax(
-                lambda specs: jax.jit(self._bound(statics), keep_unused=True).trace(*specs), tensors
-            )
+            with self.context():
+                traced = self._jax(
+                    lambda specs: jax.jit(self._bound(statics), keep_unused=True).trace(*specs),
+                    tensors,
+                )
             try:
-                with self._x64(tensors):
+                with self._x64(tensors), self.context():
                     lowered = traced.lower(lowering_platforms=(platform(),))
                 module = lowered.compiler_ir("stablehlo")
             except Exception as e:
