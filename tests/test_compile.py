@@ -475,3 +475,36 @@ def test_custom_ops_of_other_libraries_run_at_every_call(all_captured):
         torch.testing.assert_close(compiled(x).cpu(), fn(x).cpu())
     # The op's own programs and the pieces' are compiled by the last call.
     assert torch_tpu.metrics()["cache_misses"] == before
+
+
+def test_host_constants_copied_to_the_device_are_constants_of_the_program(all_captured):
+    """A graph that takes no host tensor copies the same host data at every call
+    (Helion's launcher uploads a kernel's scalar arguments so): the copy is a constant
+    of the captured program, which replays."""
+
+    def fn(x):
+        return x * torch.tensor([2.0, 3.0, 4.0]).to(x.device) + 1
+
+    compiled = torch.compile(fn, backend="tpu")
+    x = torch.randn(3, device="tpu")
+    want = fn(x).cpu()
+    for _ in range(3):
+        before = torch_tpu.metrics()
+        got = compiled(x).cpu()
+        after = torch_tpu.metrics()
+        torch.testing.assert_close(got, want)
+    assert after["executions"] - before["executions"] == 1
+    assert after["cache_misses"] == before["cache_misses"]
+
+
+def test_host_tensor_inputs_computed_on_before_the_copy_are_read_at_every_call():
+    def fn(x, h):
+        return x + (h * 2).to(x.device)
+
+    compiled = torch.compile(fn, backend="tpu")
+    x = torch.randn(3, device="tpu")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*runs op by op")
+        for k in range(3):
+            h = torch.full((3,), float(k))
+            torch.testing.assert_close(compiled(x, h).cpu(), x.cpu() + 2 * k)

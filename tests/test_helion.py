@@ -120,9 +120,8 @@ def test_kernels_in_a_compiled_function():
     assert torch._dynamo.explain(block)(*args).graph_break_count == 0
     compiled = torch.compile(block, backend="tpu", fullgraph=True)
     with warnings.catch_warnings():
-        # Helion uploads a kernel's scalar arguments (eps) at each call, and the
-        # matmul writes its result through a buffer of its own: those graphs run op
-        # by op (a warning says so), their results the same.
+        # The matmul writes its result through a buffer of its own that the graph
+        # neither takes nor returns: that graph runs op by op (a warning says so).
         warnings.filterwarnings("ignore", message=".*runs op by op")
         got = compiled(*args).cpu()
     h = torch.nn.functional.layer_norm((X + Y).softmax(1), (128,), W, B, 1e-5)

@@ -199,7 +199,11 @@ class CompiledGraph:
             self.eager_reason = "it has no tpu tensor inputs"
             return self.gm(*args)
         alone = self.alone or any(_C._has_bounds(t) for t in tensors if t.device.type == "tpu")
-        _C._begin_capture(device, alone)
+        # With no host tensor among its inputs, the graph's host values are constants
+        # and the statics that key it: what it copies to the device is the same at
+        # every call (Helion's launcher uploads a kernel's scalar arguments).
+        host_inputs = any(t.device.type == "cpu" for t in tensors)
+        _C._begin_capture(device, alone, not host_inputs)
         try:
             result = self.gm(*args)
         except BaseException:

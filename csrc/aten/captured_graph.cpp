@@ -41,10 +41,10 @@ engine::RandomState* generator_state(c10::DeviceIndex device) {
 
 }  // namespace
 
-void begin_capture(c10::DeviceIndex device, bool alone) {
+void begin_capture(c10::DeviceIndex device, bool alone, bool uploads_are_constants) {
   at::Generator gen = default_generator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
-  engine::begin_capture(device, generator_state(device), alone);
+  engine::begin_capture(device, generator_state(device), alone, uploads_are_constants);
 }
 
 std::shared_ptr<engine::CapturedGraph> end_capture(c10::DeviceIndex device,

@@ -11,8 +11,8 @@
 
 namespace torch_tpu::aten {
 
-// `alone`: the capture is a program of its own (engine::begin_capture).
-void begin_capture(c10::DeviceIndex device, bool alone);
+// `alone`, `uploads_are_constants`: as engine::begin_capture.
+void begin_capture(c10::DeviceIndex device, bool alone, bool uploads_are_constants);
 // Throws engine::CaptureError when the recorded call cannot be replayed.
 std::shared_ptr<engine::CapturedGraph> end_capture(c10::DeviceIndex device,
                                                    const std::vector<at::Tensor>& inputs,

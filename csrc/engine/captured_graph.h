@@ -103,8 +103,11 @@ int first_sharing_storage(const std::vector<TensorView>& views, size_t k);
 // generator: the only one a captured random op may draw from. `alone`: the
 // pending work is materialised first and the capture becomes a program of its
 // own (graphs of bounded sizes); otherwise its ops stay pending, with what
-// precedes and follows them.
-void begin_capture(int device, RandomState* generator, bool alone);
+// precedes and follows them. `uploads_are_constants`: the graph takes no host data
+// (its host values are Python constants and the sizes that key it), so host data it
+// copies to the device is the same at every call: a constant of the recorded graph
+// (Helion's launcher uploads a kernel's scalar arguments), not a cut.
+void begin_capture(int device, RandomState* generator, bool alone, bool uploads_are_constants);
 
 // Ends the recording; a capture alone runs the recorded work for this call
 // (the outputs' storages hold their values on return), another leaves it

@@ -111,6 +111,9 @@ struct Graph {
   // capture alone starts an empty graph); `broken` says what cut it.
   bool capturing = false;
   bool capture_alone = false;
+  // Host data copied to the device during the capture is a constant of the graph
+  // (begin_capture's `uploads_are_constants`).
+  bool capture_uploads_constant = false;
   size_t capture_start = 0;
   std::string broken;
   RandomState* generator = nullptr;
@@ -483,17 +486,24 @@ void note_unrecorded(int device, const char* what) {
   if (g.broken.empty()) g.broken = what;
 }
 
+void note_upload(int device) {
+  if (!capturing(device) || graph_of(device).capture_uploads_constant) return;
+  note_unrecorded(device,
+                  "it copies host data to the device (a CPU fallback or a tensor constant)");
+}
+
 bool capturing(int device) {
   auto& g = graphs();
   return device >= 0 && device < static_cast<int>(g.size()) && g[device].capturing;
 }
 
-void begin_capture(int device, RandomState* generator, bool alone) {
+void begin_capture(int device, RandomState* generator, bool alone, bool uploads_are_constants) {
   std::lock_guard<EngineMutex> lock(Backend::get().mutex());
   if (alone) flush(device, FlushReason::Synchronize);
   Graph& g = graph_of(device);
   g.capturing = true;
   g.capture_alone = alone;
+  g.capture_uploads_constant = uploads_are_constants;
   g.capture_start = g.ops.size();
   g.broken.clear();
   g.generator = generator;

@@ -91,6 +91,10 @@ void append_recorded(const RecordedGraph& graph, int device, const std::vector<T
 // resize): a capture recording on the device could not replay it.
 void note_unrecorded(int device, const char* what);
 
+// An upload to `device`: it cuts a capture, unless the capture takes its uploads as
+// constants (begin_capture).
+void note_upload(int device);
+
 // The op count at which a graph is materialised (TORCH_TPU_DEFER_MAX_OPS).
 // From half of it on, a graph is also cut where the recorded ops start
 // repeating the sequence that preceded the graph (the next iteration of a

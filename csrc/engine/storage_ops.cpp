@@ -78,8 +78,7 @@ void upload_storage(StorageSlot& slot, const void* data, ElementType type, int64
     throw std::logic_error("upload_storage: size mismatch");
   }
   materialize(slot, FlushReason::Storage);
-  note_unrecorded(slot.device,
-                  "it copies host data to the device (a CPU fallback or a tensor constant)");
+  note_upload(slot.device);
   slot.buffer = backend.upload(data, type, {numel}, slot.device, std::move(release));
 }
 

@@ -237,7 +237,10 @@ PYBIND11_MODULE(_C, m) {
   // Without the interpreter lock: materialising pending work may launch a
   // program with collectives, which waits for the other ranks' threads.
   m.def(
-      "_begin_capture", [](int device, bool alone) { aten::begin_capture(device, alone); },
+      "_begin_capture",
+      [](int device, bool alone, bool uploads_are_constants) {
+        aten::begin_capture(device, alone, uploads_are_constants);
+      },
       py::call_guard<py::gil_scoped_release>());
   m.def(
       "_end_capture",
