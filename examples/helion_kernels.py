@@ -5,7 +5,8 @@ by side.
 The kernels are ordinary ``@helion.kernel`` functions with Helion's Pallas backend
 (``backend="pallas"``); on tpu tensors they run inside torch_tpu's programs (in Pallas's
 HLO interpreter on the CPU platform, compiled on TPU). Helion kernels have no autograd:
-``RMSNormFunction`` runs the Helion forward and the gradient in PyTorch ops.
+``RMSNormFunction`` runs a Helion forward and a Helion backward; ``SoftmaxFunction`` a
+Helion forward and its gradient in PyTorch ops.
 
     python examples/helion_kernels.py [--steps 20] [--mode defer_and_fuse]
 """
@@ -42,14 +43,42 @@ EPS = 1e-5
 
 
 @helion.kernel(backend="pallas", autotune_effort="none")
-def rms_norm_kernel(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def rms_norm_forward(x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x * rsqrt(mean(x^2) + EPS) * weight, and the rsqrt per row (for the backward)."""
     m, _n = x.size()
     out = torch.empty_like(x)
+    inv_rms = torch.empty([m, 1], dtype=torch.float32, device=x.device)
     for tile_m in hl.tile(m):
         x_tile = x[tile_m, :].to(torch.float32)
-        inv_rms = torch.rsqrt(torch.mean(x_tile * x_tile, dim=-1) + EPS)
-        out[tile_m, :] = (x_tile * inv_rms[:, None] * weight[:].to(torch.float32)).to(out.dtype)
-    return out
+        r = torch.rsqrt(torch.mean(x_tile * x_tile, dim=-1, keepdim=True) + EPS)
+        out[tile_m, :] = (x_tile * r * weight[:].to(torch.float32)).to(out.dtype)
+        inv_rms[tile_m, :] = r
+    return out, inv_rms
+
+
+@helion.kernel(backend="pallas", autotune_effort="none")
+def rms_norm_backward(
+    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, inv_rms: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The gradients of x and weight: rows each in a tile; weight's summed over one
+    partial sum a tile."""
+    m, n = x.size()
+    block = hl.register_block_size(m)
+    grad_x = torch.empty_like(x)
+    partial_w = torch.empty([helion.cdiv(m, block), n], dtype=torch.float32, device=x.device)
+    for tile_m in hl.tile(m, block_size=block):
+        x_t = x[tile_m, :].to(torch.float32)
+        g_t = grad[tile_m, :].to(torch.float32)
+        r_t = inv_rms[tile_m, :]
+        gw = g_t * weight[None, :].to(torch.float32)
+        dot = torch.mean(gw * x_t, dim=-1, keepdim=True)
+        grad_x[tile_m, :] = (gw * r_t - x_t * r_t * r_t * r_t * dot).to(x.dtype)
+        partial_w[tile_m.id, :] = torch.sum(g_t * x_t * r_t, dim=0)
+    return grad_x, partial_w.sum(0).to(weight.dtype)
+
+
+def rms_norm_kernel(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return rms_norm_forward(x, weight)[0]
 
 
 @helion.kernel(backend="pallas", autotune_effort="none")
@@ -66,20 +95,17 @@ def rms_norm_reference(x, weight):
 
 
 class RMSNormFunction(torch.autograd.Function):
-    """The Helion kernel forward; the gradient in PyTorch ops (Helion has no autograd)."""
+    """Helion kernels forward and backward."""
 
     @staticmethod
     def forward(ctx, x, weight):
-        ctx.save_for_backward(x, weight)
-        return rms_norm_kernel(x, weight)
+        out, inv_rms = rms_norm_forward(x, weight)
+        ctx.save_for_backward(x, weight, inv_rms)
+        return out
 
     @staticmethod
     def backward(ctx, grad):
-        x, weight = ctx.saved_tensors
-        with torch.enable_grad():
-            x, weight = x.detach().requires_grad_(), weight.detach().requires_grad_()
-            out = rms_norm_reference(x, weight)
-        return torch.autograd.grad(out, (x, weight), grad)
+        return rms_norm_backward(grad.contiguous(), *ctx.saved_tensors)
 
 
 class SoftmaxFunction(torch.autograd.Function):

@@ -20,6 +20,7 @@ import helion.language as hl  # noqa: E402
 MODES = ["strict", "defer_and_fuse"]
 EXAMPLE = pathlib.Path(__file__).parents[1] / "examples" / "helion_kernels.py"
 sys.path.insert(0, str(EXAMPLE.parent))
+from helion_kernels import RMSNormFunction  # noqa: E402
 from helion_kernels import rms_norm_kernel as rms_norm  # noqa: E402
 from helion_kernels import softmax_kernel as softmax  # noqa: E402
 
@@ -59,6 +60,62 @@ def layer_norm(
         normalized = centered * torch.rsqrt(var + eps)
         out[tile_m, :] = (normalized * weight[:].to(torch.float32) + bias[:]).to(out.dtype)
     return out
+
+
+@helion.kernel(backend="pallas", autotune_effort="none")
+def layer_norm_forward(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    m, _n = x.size()
+    out = torch.empty_like(x)
+    mean = torch.empty([m, 1], dtype=torch.float32, device=x.device)
+    rstd = torch.empty([m, 1], dtype=torch.float32, device=x.device)
+    for tile_m in hl.tile(m):
+        acc = x[tile_m, :].to(torch.float32)
+        mu = torch.mean(acc, dim=-1, keepdim=True)
+        centered = acc - mu
+        r = torch.rsqrt(torch.mean(centered * centered, dim=-1, keepdim=True) + 1e-5)
+        out[tile_m, :] = (centered * r * weight[:].to(torch.float32) + bias[:]).to(out.dtype)
+        mean[tile_m, :] = mu
+        rstd[tile_m, :] = r
+    return out, mean, rstd
+
+
+@helion.kernel(backend="pallas", autotune_effort="none")
+def layer_norm_backward(
+    grad: torch.Tensor,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    mean: torch.Tensor,
+    rstd: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    m, n = x.size()
+    block = hl.register_block_size(m)
+    grad_x = torch.empty_like(x)
+    partial_w = torch.empty([helion.cdiv(m, block), n], dtype=torch.float32, device=x.device)
+    partial_b = torch.empty([helion.cdiv(m, block), n], dtype=torch.float32, device=x.device)
+    for tile_m in hl.tile(m, block_size=block):
+        g_t = grad[tile_m, :].to(torch.float32)
+        x_hat = (x[tile_m, :].to(torch.float32) - mean[tile_m, :]) * rstd[tile_m, :]
+        gw = g_t * weight[None, :].to(torch.float32)
+        c1 = torch.mean(gw * x_hat, dim=-1, keepdim=True)
+        c2 = torch.mean(gw, dim=-1, keepdim=True)
+        grad_x[tile_m, :] = ((gw - x_hat * c1 - c2) * rstd[tile_m, :]).to(x.dtype)
+        partial_w[tile_m.id, :] = torch.sum(g_t * x_hat, dim=0)
+        partial_b[tile_m.id, :] = torch.sum(g_t, dim=0)
+    return grad_x, partial_w.sum(0).to(weight.dtype), partial_b.sum(0).to(weight.dtype)
+
+
+class LayerNormFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias):
+        out, mean, rstd = layer_norm_forward(x, weight, bias)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        return layer_norm_backward(grad.contiguous(), *ctx.saved_tensors)
 
 
 def _inputs():
@@ -109,6 +166,36 @@ def test_kernel_equals_pytorch_on_the_device(name, mode):
     assert after["executions"] - before["executions"] == programs
     assert after["cache_misses"] == before["cache_misses"]
     torch.testing.assert_close(out.cpu(), want(), rtol=1e-4, atol=1e-4)
+
+
+BACKWARD_CASES = {
+    "rms_norm": (
+        RMSNormFunction.apply,
+        (X, W),
+        lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w,
+    ),
+    "layer_norm": (
+        LayerNormFunction.apply,
+        (X, W, B),
+        lambda x, w, b: torch.nn.functional.layer_norm(x, (128,), w, b, 1e-5),
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", BACKWARD_CASES)
+def test_forward_and_backward_kernels_equal_autograd(name, mode):
+    fn, args, reference = BACKWARD_CASES[name]
+    grad = torch.randn(64, 128, generator=torch.Generator().manual_seed(2))
+    leaves = [a.clone().requires_grad_() for a in args]
+    reference(*leaves).backward(grad)
+    with torch_tpu.eager_mode(mode):
+        tpu_leaves = [a.to("tpu").requires_grad_() for a in args]
+        out = fn(*tpu_leaves)
+        out.backward(grad.to("tpu"))
+        torch.testing.assert_close(out.detach().cpu(), reference(*args), rtol=1e-4, atol=1e-4)
+        for got, want in zip(tpu_leaves, leaves):
+            torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-4, atol=1e-4)
 
 
 def test_kernels_in_a_compiled_function():
