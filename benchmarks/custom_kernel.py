@@ -12,6 +12,7 @@ ratios kernel/PyTorch. Run: ``.venv/bin/python benchmarks/custom_kernel.py [--ro
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -58,22 +59,32 @@ def rms_norm_rotary_torch(x, w, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
-try:  # the Helion kernels of examples/helion_kernels.py (the helion extra)
-    import sys
+def _helion_example():
+    """examples/helion_kernels.py (by its path), or None without Helion (the helion extra)."""
+    import importlib.util
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-    from helion_kernels import EPS as HELION_EPS
-    from helion_kernels import rms_norm_kernel, softmax_kernel
-except ImportError:
-    rms_norm_kernel = None
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+    spec = importlib.util.spec_from_file_location(
+        "helion_kernels_example", os.path.join(path, "helion_kernels.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # Helion reads the kernels' globals through it
+    try:
+        spec.loader.exec_module(module)
+    except ImportError:
+        return None
+    return module
+
+
+HELION = _helion_example()
 
 
 def rms_norm_softmax_helion(x, w, cos, sin):
-    return softmax_kernel(rms_norm_kernel(x, w))
+    return HELION.softmax_kernel(HELION.rms_norm_kernel(x, w))
 
 
 def rms_norm_softmax_torch(x, w, cos, sin):
-    return F.rms_norm(x, (x.shape[-1],), w, eps=HELION_EPS).softmax(-1)
+    return F.rms_norm(x, (x.shape[-1],), w, eps=HELION.EPS).softmax(-1)
 
 
 def block(fn, x, w, cos, sin):
@@ -144,7 +155,7 @@ def main(args: argparse.Namespace) -> None:
             rms_norm_rotary_torch,
         )
     ]
-    if rms_norm_kernel is not None:
+    if HELION is not None:
         pairs.append(
             ("Helion kernels: RMSNorm, softmax", rms_norm_softmax_helion, rms_norm_softmax_torch)
         )

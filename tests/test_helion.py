@@ -2,6 +2,7 @@
 `torch_tpu._internal` names Helion's launcher imports: against PyTorch on the CPU, in
 each eager mode and under torch.compile, with no copy to the host."""
 
+import importlib.util
 import os
 import pathlib
 import re
@@ -19,10 +20,20 @@ import helion.language as hl  # noqa: E402
 
 MODES = ["strict", "defer_and_fuse"]
 EXAMPLE = pathlib.Path(__file__).parents[1] / "examples" / "helion_kernels.py"
-sys.path.insert(0, str(EXAMPLE.parent))
-from helion_kernels import RMSNormFunction  # noqa: E402
-from helion_kernels import rms_norm_kernel as rms_norm  # noqa: E402
-from helion_kernels import softmax_kernel as softmax  # noqa: E402
+
+
+def _example():
+    # By its path: examples/ on sys.path would make its folders packages (torchtitan).
+    spec = importlib.util.spec_from_file_location("helion_kernels_example", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # Helion reads the kernels' globals through it
+    spec.loader.exec_module(module)
+    return module
+
+
+_kernels = _example()
+RMSNormFunction = _kernels.RMSNormFunction
+rms_norm, softmax = _kernels.rms_norm_kernel, _kernels.softmax_kernel
 
 
 @helion.kernel(backend="pallas", autotune_effort="none")
