@@ -10,6 +10,7 @@ import dataclasses
 import types
 
 import torch
+import torch_tpu
 from vllm.logger import init_logger
 from vllm.v1.worker.block_table import BlockTable
 from vllm.v1.worker import gpu_model_runner
@@ -116,6 +117,17 @@ class TpuModelRunner(GPUModelRunner):
             kwargs["num_reqs"]
         )
         return super()._build_attention_metadata(*args, **kwargs)
+
+    # vLLM's input preparation and sampling: a few dozen small ops at the batch's own
+    # sizes, recorded and run as one program each (DeferAndFuse) rather than one
+    # program an op.
+    def _prepare_inputs(self, *args, **kwargs):
+        with torch_tpu.eager_mode("defer_and_fuse"):
+            return super()._prepare_inputs(*args, **kwargs)
+
+    def _sample(self, *args, **kwargs):
+        with torch_tpu.eager_mode("defer_and_fuse"):
+            return super()._sample(*args, **kwargs)
 
     def initialize_kv_cache_tensors(self, *args, **kwargs):
         with _replaced(gpu_model_runner, "allocate_kv_cache", allocate_kv_cache_per_layer):
