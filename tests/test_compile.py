@@ -508,3 +508,26 @@ def test_host_tensor_inputs_computed_on_before_the_copy_are_read_at_every_call()
         for k in range(3):
             h = torch.full((3,), float(k))
             torch.testing.assert_close(compiled(x, h).cpu(), x.cpu() + 2 * k)
+
+
+def test_own_program_runs_the_graph_apart_from_the_work_around_it(all_captured):
+    """options={"own_program": True}: the graph is a program of its own; pending work
+    before it (another compiled graph, which strict mode leaves pending) runs first, as
+    its own program, instead of fusing with it."""
+
+    def before(x):
+        return x.sin() - 1
+
+    def scale(x):
+        return x * 2 + 1
+
+    x = torch.randn(8, device="tpu")
+    want = (x.cpu().sin() - 1) * 2 + 1
+    for options, programs in (({"own_program": True}, 2), ({}, 1)):
+        torch._dynamo.reset()
+        first = torch.compile(before, backend="tpu")
+        then = torch.compile(scale, backend="tpu", options=options)
+        then(first(x)).cpu()  # captures both
+        executions = torch_tpu.metrics()["executions"]
+        torch.testing.assert_close(then(first(x)).cpu(), want)
+        assert torch_tpu.metrics()["executions"] - executions == programs

@@ -33,6 +33,10 @@ def _compile_bounded_graph(gm: torch.fx.GraphModule, example_inputs: list) -> Co
     return CompiledGraph(gm, bounded=True)
 
 
+def _compile_own_program(gm: torch.fx.GraphModule, example_inputs: list) -> CompiledGraph:
+    return CompiledGraph(gm, alone=True)
+
+
 @functools.cache
 def _cacheable_compiler():
     """The compiler of AOTAutograd graphs in the form AOTAutograd's own cache stores
@@ -90,7 +94,7 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
         _warn_once(f"torch.compile(backend='tpu') ignores mode={mode!r}: it has no meaning here")
     elif mode not in (None, "default"):
         raise ValueError(f"torch.compile(backend='tpu'): unknown mode {mode!r}")
-    unknown = sorted(set(options) - {"bounded_dynamism"})
+    unknown = sorted(set(options) - {"bounded_dynamism", "own_program"})
     if unknown:
         raise ValueError(f"torch.compile(backend='tpu'): unknown options {unknown}")
     if not dynamo_config.assume_static_by_default:
@@ -100,7 +104,12 @@ def tpu_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
         )
     _register_device_interface()
     cacheable = _cacheable_compiler()
-    if options.get("bounded_dynamism"):
+    if options.get("own_program"):
+        # Each graph a program of its own, not fused with the work around it (the
+        # cache's key does not hold the option either).
+        compilers = (_compile_own_program,) * 3
+        caching = contextlib.nullcontext()
+    elif options.get("bounded_dynamism"):
         # Bounded dynamism for inference graphs, not cached (the cache's key does not
         # hold the option); a training graph's forward and backward compile per size.
         compilers = (_compile_graph, _compile_graph, _compile_bounded_graph)

@@ -101,7 +101,7 @@ def _pieces(gm: torch.fx.GraphModule) -> tuple[dict, set]:
     return piece_of, opaque
 
 
-def _split_at_opaque_ops(gm: torch.fx.GraphModule, bounded: bool):
+def _split_at_opaque_ops(gm: torch.fx.GraphModule, bounded: bool, alone: bool):
     """`gm` as a graph of pieces (`_pieces`), the recordable ones each a CompiledGraph,
     or None when it has no opaque op."""
     if not any(_is_opaque(n) for n in gm.graph.nodes):
@@ -113,7 +113,7 @@ def _split_at_opaque_ops(gm: torch.fx.GraphModule, bounded: bool):
     for name, sub in list(split.named_children()):
         if int(name.removeprefix("submod_")) not in opaque:
             delattr(split, name)  # a plain attribute now: not a Module
-            setattr(split, name, CompiledGraph(sub, bounded))
+            setattr(split, name, CompiledGraph(sub, bounded, alone))
     return split
 
 
@@ -126,19 +126,19 @@ def _warn_once(message: str) -> None:
 class CompiledGraph:
     """One AOTAutograd graph: its captured programs by input layout."""
 
-    def __init__(self, gm: torch.fx.GraphModule, bounded: bool = False):
+    def __init__(self, gm: torch.fx.GraphModule, bounded: bool = False, alone: bool = False):
         # In the instance's __dict__, so wrappers made with functools.wraps keep it.
         self._boxed_call = True
         self.gm = gm
         self.captured: dict[tuple, list[tuple[Any, list]]] = {}
         self.eager_reason: str | None = None
-        # Captured as a program of its own (bounded sizes), not appended to
-        # the work around it.
-        self.alone = bounded
+        # Captured as a program of its own (bounded sizes, options={"own_program":
+        # True}), not appended to the work around it.
+        self.alone = bounded or alone
         self.region = None  # the graph as one op, made when a dispatch mode first runs it
         self.uploaded = _copied_to_tpu_only(gm)
         # The graph split around opaque ops, or None.
-        self.pieces = _split_at_opaque_ops(gm, bounded)
+        self.pieces = _split_at_opaque_ops(gm, bounded, alone)
         # Runs at the bounds of its sizes (bounded_dynamism), or None: one program per size.
         self.bounds: _bounded.BoundedGraph | None = None
         if bounded and self.pieces is None:

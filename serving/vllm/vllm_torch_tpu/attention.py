@@ -220,8 +220,10 @@ class TpuAttentionImpl(AttentionImpl):
 
 # The batch's layout, the KV cache write and the attention each run as one program a
 # shape (torch.compile's "tpu" backend; sizes symbolic after the first new one), not
-# op by op: they run at every step, outside the model's programs.
-@torch.compile(backend="tpu", fullgraph=True)
+# op by op, and apart from the model's programs (own_program): those depend on the
+# token count alone and are compiled at warm-up; fused with these, they would compile
+# again for every combination of request, query and context buckets.
+@torch.compile(backend="tpu", fullgraph=True, options={"own_program": True})
 def batch_layout(
     query_start_loc: torch.Tensor,
     seq_lens: torch.Tensor,
@@ -272,7 +274,7 @@ def batch_layout(
     return token_rows, context_slots, mask[:, None], row_of_token
 
 
-@torch.compile(backend="tpu", fullgraph=True)
+@torch.compile(backend="tpu", fullgraph=True, options={"own_program": True})
 def write_kv_cache(
     rows: torch.Tensor, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor
 ) -> None:
@@ -286,7 +288,7 @@ def write_kv_cache(
     rows.index_copy_(0, slots, new)
 
 
-@torch.compile(backend="tpu", fullgraph=True)
+@torch.compile(backend="tpu", fullgraph=True, options={"own_program": True})
 def paged_attention(
     query: torch.Tensor,
     rows: torch.Tensor,

@@ -38,7 +38,7 @@ def compute_slot_mapping(
     )  # fmt: skip
 
 
-@torch.compile(backend="tpu", fullgraph=True)
+@torch.compile(backend="tpu", fullgraph=True, options={"own_program": True})
 def write_slot_mapping(
     slots: torch.Tensor,
     block_table: torch.Tensor,
