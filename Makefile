@@ -186,7 +186,7 @@ test-vllm: serve-env
 
 lint: venv
 	$(VENV)/bin/ruff check torch_tpu tests benchmarks examples tools serving
-	clang-format --dry-run --Werror csrc/*/*.h csrc/*/*.cpp tests/cpp/*.cpp tests/cpp/*.h
+	$(VENV)/bin/clang-format --dry-run --Werror csrc/*/*.h csrc/*/*.cpp tests/cpp/*.cpp tests/cpp/*.h
 
 clean:
 	rm -rf $(BUILD) torch_tpu/_C*.so
