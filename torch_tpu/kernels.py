@@ -360,8 +360,9 @@ class _Lowering:
 
     @staticmethod
     def key(tensors, statics) -> tuple:
-        named = tuple(sorted(statics.items(), key=lambda item: item[0]))
-        return (tuple((tuple(t.shape), t.dtype) for t in tensors), named)
+        return _signature_key(
+            tuple(tuple(t.shape) for t in tensors), tuple(t.dtype for t in tensors), statics.items()
+        )
 
     def results(self, tensors, statics):
         key = self.key(tensors, statics)
@@ -521,8 +522,12 @@ _lowerings: dict[str, _Lowering] = {}
 # function by then, and Dynamo's copy of a dict would not see what it added.
 @torch._dynamo.assume_constant_result
 def _returned_one_array(op: str, shapes: tuple, dtypes: tuple, statics: tuple) -> bool:
-    key = (tuple(zip(shapes, dtypes)), tuple(sorted(statics, key=lambda item: item[0])))
-    return _lowerings[op].single[key]
+    return _lowerings[op].single[_signature_key(shapes, dtypes, statics)]
+
+
+def _signature_key(shapes, dtypes, statics) -> tuple:
+    """A call's key: its tensors' shapes and dtypes, its static values by name."""
+    return (tuple(zip(shapes, dtypes)), tuple(sorted(statics, key=lambda item: item[0])))
 
 
 class JaxOp:
