@@ -261,6 +261,34 @@ def test_pow_uint8_exponents_from_128():
     check(torch.pow, values.repeat_interleave(9), values.repeat(9))
 
 
+@pytest.mark.parametrize("dtype", [I8, I16, I32, I64, U8])  # the CPU has no wider unsigned pow
+def test_integer_pow_wraps_for_every_exponent(dtype):
+    # By squaring over every exponent bit, wrapping as the CPU's multiplications do
+    # (XLA's power squares six times: int64 55 ** 127 came out wrong).
+    info = torch.iinfo(dtype)
+    values = [0, 1, 2, 3, 55, 63, 64, 65, 127, info.max, info.max - 1]
+    if info.min < 0:
+        values += [-1, -2, -3, -55, -127, info.min, info.min + 1]
+    v = torch.tensor(values, dtype=dtype)
+    check(torch.pow, v.repeat_interleave(len(values)), v.repeat(len(values)))
+    for exponent in (e for e in (2, 3, 63, 64, 127, 128, 255) if e <= info.max):
+        check(lambda t, e=exponent: t**e, v)
+    for base in (3, 55, -1) if info.min < 0 else (3, 55):
+        check(lambda t, x=base: torch.pow(x, t), v.clamp(min=0))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128], ids=str)
+def test_complex_reciprocal_silu_and_bool_special_values(dtype):
+    # 1 / z and silu's z / (1 + exp(-z)) divide as c10's complex (Smith's algorithm):
+    # reciprocal(inf + inf i) and silu(-501 - 501i) are NaN, not XLA's 0; a complex
+    # number is true where either part is nonzero.
+    z = complex_grid(dtype, (0.0, -0.0, 1.0, -1e-3, 3.0, 1e20, -501.0, INF, -INF, NAN))
+    check(torch.reciprocal, z)
+    check(torch.nn.functional.silu, z)
+    check(lambda t: t.bool(), z)
+    check(lambda t: t.to(torch.bool), z)
+
+
 @pytest.mark.parametrize("op", ["exp", "sqrt", "sigmoid", "atan"])
 def test_unary_math_views_inplace_out(op):
     x = make((6, 8), F32, low=0.1, high=3)

@@ -8,6 +8,7 @@
 // the same way before widening it to the compute type.
 #include <cmath>
 
+#include "lower/complex_math.h"
 #include "lower/helpers.h"
 
 namespace torch_tpu::lower {
@@ -252,7 +253,10 @@ std::vector<Value> silu(Context& c, const Args& a) {
   Pointwise p(c, a);
   require_floating_or_complex(p.out);
   Value x = p.tensor(0);
-  return {p.result(p.b.div(x, p.b.add(p.constant(1), p.b.exp(p.b.neg(x)))))};
+  Value e = is_complex(x.type()) ? complex_exp(p.b, p.b.neg(x)) : p.b.exp(p.b.neg(x));
+  Value den = p.b.add(p.constant(1), e);
+  // Complex: c10's division and exp, as the CPU's (x / (inf + inf i) is NaN).
+  return {p.result(is_complex(x.type()) ? complex_divide(p.b, x, den) : p.b.div(x, den))};
 }
 
 // silu_backward(grad_output, self). The functional op decomposes before

@@ -298,7 +298,11 @@ Value sigmoid_of(Builder& b, const Value& x) {
 }
 Value erf_of(Builder& b, const Value& x) { return chlo(b, "erf", x); }
 Value erfc_of(Builder& b, const Value& x) { return chlo(b, "erfc", x); }
-Value reciprocal_of(Builder& b, const Value& x) { return b.div(k(b, x, 1), x); }
+// Complex: c10's (Smith's) division, as the CPU's 1 / z: reciprocal(inf + inf i)
+// is NaN there, 0 in XLA's complex divide.
+Value reciprocal_of(Builder& b, const Value& x) {
+  return is_complex(x.type()) ? complex_divide(b, k(b, x, 1), x) : b.div(k(b, x, 1), x);
+}
 
 // `Complex`: StableHLO defines the function for complex operands too.
 template <UnaryFn F, bool Complex>
@@ -596,21 +600,20 @@ std::vector<Value> fmod(Context& c, const Args& a) {
 
 // ---------------------------------------------------------------- pow
 
-// c10's powi: negative exponents give 0 except for bases 1 and -1.
+// c10's powi: by squaring, one exponent bit at a time, wrapping modulo 2^n
+// as the CPU's multiplications do (XLA's power squares only six times, so
+// exponents from 64 came out wrong: int64 55 ** 127, uint8 55 ** 128);
+// negative exponents give 0 except for bases 1 and -1.
 Value integral_pow(Builder& b, const Value& x, const Value& e) {
-  if (is_unsigned(e.type())) {
-    // By squaring, one exponent bit at a time: XLA's power gets exponents
-    // from 128 wrong (uint8 55 ** 128 was 0, 0 ** 128 in uint32 was 1).
-    Value r = k(b, x, 1), square = x;
-    for (int bit = 0; bit < 8 * element_size(e.type()); ++bit) {
-      Value set = cmp(b, b.and_(e, k(b, e, std::ldexp(1.0, bit))), 0, Comparison::NE);
-      r = b.select(set, b.mul(r, square), r);
-      square = b.mul(square, square);
-    }
-    return r;
+  const bool is_signed = !is_unsigned(e.type());
+  Value r = k(b, x, 1), square = x;
+  for (int bit = 0; bit < 8 * element_size(e.type()) - (is_signed ? 1 : 0); ++bit) {
+    Value set = cmp(b, b.and_(e, k(b, e, std::ldexp(1.0, bit))), 0, Comparison::NE);
+    r = b.select(set, b.mul(r, square), r);
+    square = b.mul(square, square);
   }
+  if (!is_signed) return r;
   Value negative = cmp(b, e, 0, Comparison::LT);
-  Value r = b.pow(x, b.select(negative, k(b, e, 0), e));
   Value odd = cmp(b, b.rem(e, k(b, e, 2)), 0, Comparison::NE);
   Value minus_one_pow = b.select(odd, k(b, x, -1), k(b, x, 1));
   Value small = b.select(cmp(b, x, 1, Comparison::EQ), k(b, x, 1),

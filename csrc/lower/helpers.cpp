@@ -181,6 +181,13 @@ Value float_to_integer(Builder& b, const Value& x, ElementType type) {
 
 Value convert(Builder& b, const Value& x, ElementType type) {
   if (x.type() == type) return x;
+  // A complex number is true where either part is nonzero (c10's operator
+  // bool); other real types take the real part.
+  if (is_complex(x.type()) && type == ElementType::Pred) {
+    Value zero = b.full(b.real(x).shape, 0);
+    return b.or_(b.compare(b.real(x), zero, hlo::Comparison::NE),
+                 b.compare(b.imag(x), zero, hlo::Comparison::NE));
+  }
   if (is_complex(x.type()) && !is_complex(type)) return convert(b, b.real(x), type);
   if (is_floating(x.type()) && is_integral(type) && type != ElementType::U64) {
     return float_to_integer(b, x, type);
