@@ -12,7 +12,7 @@ TORCH_DIR = $(shell TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -c "import torch, os; 
 PLUGIN = $(shell $(PY) -c "import torch_tpu._platform as p; print(p.select().plugin or '')")
 PLATFORM = $(shell $(PY) -c "import torch_tpu._platform as p; print(p.select().platform)")
 
-.PHONY: all venv extension build demo test test-all cpp-test py-test lint clean check-torch-min device-check test-suites test-suites-sample serve-env test-vllm
+.PHONY: all venv extension build demo test test-all cpp-test py-test lint clean check-torch-min device-check test-suites test-suites-sample serve-env test-vllm test-vllm-sample
 
 all: build
 
@@ -183,6 +183,14 @@ serve-env: $(SERVE_VENV)/.installed
 
 test-vllm: serve-env
 	$(SERVE_VENV)/bin/python -m pytest -q serving/vllm/tests
+
+# CI's serving tier (about 2 minutes once the environment is built): the tiny Llama's
+# greedy tokens against Hugging Face's through `LLM.generate`, and one HTTP completion
+# from `vllm serve`.
+VLLM_SAMPLE := "serving/vllm/tests/test_generate.py::test_greedy_tokens_equal_hugging_face[llama]" \
+	serving/vllm/tests/test_serve.py::test_completions_equal_hugging_face
+test-vllm-sample: serve-env
+	$(SERVE_VENV)/bin/python -m pytest -q $(VLLM_SAMPLE)
 
 lint: venv
 	$(VENV)/bin/ruff check torch_tpu tests benchmarks examples tools serving
