@@ -173,6 +173,17 @@ def test_igamma_igammac():
     check(lambda s, t: torch.autograd.grad(torch.igammac(s, t).sum(), t)[0], a, x, **tol(a.dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_igamma_igammac_huge_a_near_x(dtype):
+    # Temme's asymptotic expansion, where the series and the continued fraction lose
+    # everything (P(1e20, 1e20) is 0.5; it was 8e-8, and 0.31 at a ~ 1e6)
+    a = torch.tensor([4988429.0, 4988429.0, 1e8, 1e20, 1e20, 21.0, 199.0, 201.0], dtype=dtype)
+    x = torch.tensor([4988429.0, 4990000.0, 0.9999e8, 1e20, 1.00000000001e20, 15.0, 250.0, 203.0])
+    x = x.to(dtype)
+    check(torch.igamma, a, x, **tol(dtype))
+    check(torch.igammac, a, x, **tol(dtype))
+
+
 def test_igamma_broadcast_reduced():
     a = make((3, 1), torch.bfloat16, 0.5, 5)
     x = make((1, 4), torch.bfloat16, 0.1, 8, seed=1)
