@@ -38,7 +38,8 @@ class TpuPlatform(Platform):
     # torch.distributed's backend for tpu tensors (torch_tpu.distributed).
     dist_backend = "tpu_dist"
     ray_device_key = "TPU"
-    simple_compile_backend = "tpu"
+    # vLLM's small compiled helpers (torch.compile(backend=simple_compile_backend)).
+    simple_compile_backend = "tpu_or_eager"
 
     @property
     def supported_dtypes(self) -> list[torch.dtype]:
@@ -119,7 +120,12 @@ class TpuPlatform(Platform):
         if parallel_config.worker_cls == "auto":
             parallel_config.worker_cls = "vllm_torch_tpu.worker.TpuWorker"
         if parallel_config.distributed_executor_backend in (None, "auto"):
-            parallel_config.distributed_executor_backend = "uni"
+            # One process per device: more than one device means vLLM's
+            # multiprocessing executor, its workers spawned (above), each holding
+            # the device of its local rank (TpuWorker.init_device).
+            parallel_config.distributed_executor_backend = (
+                "mp" if parallel_config.world_size > 1 else "uni"
+            )
         parallel_config.enable_dbo = False
         parallel_config.disable_custom_all_reduce = True
 
@@ -154,12 +160,32 @@ class TpuPlatform(Platform):
         )
 
     @classmethod
+    def use_custom_op_collectives(cls) -> bool:
+        # Collectives as vLLM's custom ops (torch.ops.vllm.all_reduce, ...): a
+        # compiled model calls them at every step (torch.compile's "tpu" backend
+        # splits its graphs around other libraries' ops), rather than Dynamo tracing
+        # torch.distributed's in-place collectives.
+        return True
+
+    @classmethod
     def supports_fp8(cls) -> bool:
         return False
 
     @classmethod
     def use_all_gather(cls) -> bool:
         return True
+
+
+@torch._dynamo.register_backend(name="tpu_or_eager")
+def tpu_or_eager(gm: torch.fx.GraphModule, example_inputs: list):
+    """torch.compile's "tpu" backend for vLLM's small helpers, except those compiled
+    with dynamic=True (sizes symbolic, which the tpu backend refuses: it compiles a
+    program a shape), which run their ops as they are, in the current eager mode (the
+    vocabulary mask of a tensor-parallel embedding, with enforce_eager). In a compiled
+    model the helpers are traced into the model's graphs."""
+    if not torch._dynamo.config.assume_static_by_default:
+        return gm.forward
+    return torch._dynamo.lookup_backend("tpu")(gm, example_inputs)
 
 
 # Where device_facts keeps what it learnt, for this process and those it starts.

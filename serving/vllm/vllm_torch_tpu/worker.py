@@ -4,6 +4,7 @@ memory and the model runner taken from torch_tpu."""
 from __future__ import annotations
 
 import contextlib
+import os
 
 import torch
 import torch_tpu
@@ -19,11 +20,27 @@ from vllm_torch_tpu.model_runner import TpuModelRunner
 logger = init_logger(__name__)
 
 
+def select_device(local_rank: int, world_size: int) -> torch.device:
+    """The device of a worker at `local_rank`, in torch_tpu's convention: one process
+    per device, each seeing its device as tpu:0, chosen by LOCAL_RANK when the device
+    starts (vLLM's multiprocessing executor gives workers their rank as an argument,
+    not in the environment; they would all take host device 0 on the CPU platform)."""
+    if world_size > 1:
+        started = torch_tpu._C._is_started()
+        if started and os.environ.get("LOCAL_RANK", "0") != str(local_rank):
+            raise RuntimeError(
+                f"the tpu device of this worker (local rank {local_rank}) started before "
+                f"the worker, with LOCAL_RANK={os.environ.get('LOCAL_RANK')}"
+            )
+        os.environ["LOCAL_RANK"] = str(local_rank)
+    return torch.device("tpu", 0)
+
+
 class TpuWorker(Worker):
     def init_device(self) -> None:
         from vllm.platforms import current_platform
 
-        self.device = torch.device("tpu", self.local_rank)
+        self.device = select_device(self.local_rank, self.parallel_config.world_size)
         torch.tpu.set_device(self.device)
         # The runner pads batches to a few sizes itself: torch_tpu's automatic bounds
         # (for sequences grown by cat) would only pad further and run ops that meet
@@ -67,6 +84,11 @@ class TpuWorker(Worker):
             language_model=self.compilation_config.compilation_time,
             encoder=self.compilation_config.encoder_compilation_time,
         )
+
+    def tpu_metrics(self) -> dict:
+        """torch_tpu's counters in this worker's process (`torch_tpu.metrics()`), for
+        `LLM.collective_rpc("tpu_metrics")`: one dict a worker."""
+        return torch_tpu.metrics()
 
     def _maybe_get_memory_pool_context(self, tag: str):
         # No pooled allocator for sleep mode: tensors come from torch_tpu's.
