@@ -155,6 +155,16 @@ def test_zeta(dtype):
         check(lambda t: torch.special.zeta(3.0, t), q, **tol(dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_zeta_overflows_as_cephes(dtype):
+    # The CPU's (Cephes') sum overflows: a term (-0.2)^-1e20 is inf (XLA's zeta was NaN);
+    # at q = 4988429 the sum underflows to 0 and the tail's rising factorial overflows,
+    # inf * 0 = NaN (XLA's 0); far negative q sums millions of terms
+    x = torch.tensor([1e20, 1e20, 501.0, 1e20, 1e20, 2.0, 3.0, 1e20], dtype=dtype)
+    q = torch.tensor([-1001.2, -13437.7, -1001.2, 4988429.0, 1e20, 0.8, 2e5, -4988429.2])
+    check(torch.special.zeta, x, q.to(dtype), **tol(dtype))
+
+
 # (a, x) pairs: each series and the continued fraction, large a near x (where the
 # CPU uses an asymptotic expansion), and the domain's edges
 IGAMMA_A = [0.5, 1.0, 3.0, 25.0, 25.0, 150.0, 300.0, 300.0, 1e4, 0.1, 10.0, 1e-3]

@@ -129,33 +129,76 @@ Value trigamma_of(Builder& b, const Value& x0) {
   return b.select(reflect, b.neg(result), result);
 }
 
-// Hurwitz zeta(x, q) with PyTorch's domain rules, checked in its order.
-// XLA's expansion sums a fixed number of terms before its asymptotic series,
-// which is wrong while q stays negative; PyTorch keeps summing until q > 9,
-// so the terms of negative q are summed here first. The CPU sums in double for
-// every input type (acc_type<T, /*is_cuda=*/false>): at negative q the terms
-// cancel down to a result far smaller than they are (polygamma(4, -8.5)
-// summed in float32 was 9% off).
-Value zeta_of(Builder& b, const Value& x, const Value& q0) {
+// Hurwitz zeta(x, q) as PyTorch's (Cephes') zeta, in double for every input
+// type as the CPU's (acc_type<T, /*is_cuda=*/false>; at negative q the terms
+// cancel down to a result far smaller than they are). Domain rules in its
+// order. Then the direct sum q^-x + (q + 1)^-x + ... for at least ten terms
+// and until q > 9 (all of negative q's), ending early where a term no longer
+// changes the sum; then the Euler-Maclaurin tail, 12 terms, ending where one
+// no longer changes it (|t / s| < eps). Its overflows are the CPU's too: zeta(1e20, -1001.2)
+// is inf (a term (-0.2)^-1e20), and zeta(1e20, 5e6) NaN (the sum underflows
+// to 0 and the tail's rising factorial x (x + 1) ... overflows, inf * 0),
+// where XLA's zeta gives NaN and 0.
+Value zeta_of(Builder& b, const Value& x, const Value& q) {
   if (x.type() != ET::F64) {
-    Value r = zeta_of(b, convert(b, x, ET::F64), convert(b, q0, ET::F64));
+    Value r = zeta_of(b, convert(b, x, ET::F64), convert(b, q, ET::F64));
     return convert(b, convert(b, r, ET::F32), x.type());
   }
-  auto shifting = [](Builder& r, const Value& x, const Value& q) {
-    Value in_range = r.and_(cmp(r, q, 0, Comparison::LT), cmp(r, q, -1e6, Comparison::GT));
-    return r.and_(in_range, is_integer(r, x));
+  static const double A[] = {12.0,
+                             -720.0,
+                             30240.0,
+                             -1209600.0,
+                             47900160.0,
+                             -1.8924375803183791606e9,
+                             7.47242496e10,
+                             -2.950130727918164224e12,
+                             1.1646782814350067249e14,
+                             -4.5979787224074726105e15,
+                             1.8152105401943546773e17,
+                             -7.1661652561756670113e18};
+  const double eps = 1.11022302462515654042E-16;
+  // -eps s < t < eps s
+  auto small = [eps](Builder& r, const Value& t, const Value& sum) {
+    Value bound = r.mul(k(r, sum, eps), sum);
+    return r.and_(cmp(r, r.neg(bound), t, Comparison::LT), cmp(r, t, bound, Comparison::LT));
   };
-  auto cond = [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
-    return {any(r, shifting(r, s[0], s[1]))};
+  // state: steps, going, x, a, s, b, converged (steps bound q below -1e7: seconds)
+  auto cond = [](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
+    return {r.and_(cmp(r, s[0], 1e7, Comparison::LT), any(r, s[1]))};
   };
   auto body = [&](Builder& r, const std::vector<Value>& s) -> std::vector<Value> {
-    Value active = shifting(r, s[0], s[1]);
-    Value term = r.select(active, r.pow(s[1], r.neg(s[0])), k(r, s[2], 0));
-    return {s[0], r.select(active, r.add(s[1], k(r, s[1], 1)), s[1]), r.add(s[2], term)};
+    Value going = s[1];
+    Value a = r.select(going, r.add(s[3], k(r, s[3], 1)), s[3]);
+    Value term = r.select(going, r.pow(a, r.neg(s[2])), s[5]);
+    Value sum = r.select(going, r.add(s[4], term), s[4]);
+    Value converged = r.or_(s[6], r.and_(going, small(r, term, sum)));
+    Value steps = r.add(s[0], r.constant(1, s[0].type()));
+    Value more = r.select(cmp(r, steps, 9, Comparison::LT), r.full({ET::Pred, a.dims()}, 1),
+                          cmp(r, a, 9, Comparison::LE));
+    return {steps, r.and_(r.and_(going, r.not_(converged)), more), s[2], a, sum, term, converged};
   };
-  auto state = b.while_loop({x, q0, k(b, x, 0)}, cond, body);
-  Value r = b.add(state[2], chlo(b, "zeta", {x, state[1]}));
-  Value q = q0;
+  Value all = b.full({ET::Pred, x.dims()}, 1), none = b.full({ET::Pred, x.dims()}, 0);
+  auto state = b.while_loop(
+      {b.constant(0, ET::F64), all, x, q, b.pow(q, b.neg(x)), k(b, x, 0), none}, cond, body);
+  Value w = state[3], s = state[4], term = state[5], converged = state[6];
+  // The Euler-Maclaurin tail where the sum has not converged.
+  Value one = k(b, x, 1);
+  Value tail = b.sub(b.add(s, b.div(b.mul(term, w), b.sub(x, one))), b.mul(k(b, x, 0.5), term));
+  Value going = b.not_(converged);
+  s = b.select(going, tail, s);
+  Value a = one, n = k(b, x, 0);
+  for (double coefficient : A) {
+    a = b.mul(a, b.add(x, n));
+    term = b.div(term, w);
+    Value t = b.div(b.mul(a, term), k(b, x, coefficient));
+    s = b.select(going, b.add(s, t), s);
+    going = b.and_(going, b.not_(cmp(b, b.abs(b.div(t, s)), eps, Comparison::LT)));
+    n = b.add(n, one);
+    a = b.mul(a, b.add(x, n));
+    term = b.div(term, w);
+    n = b.add(n, one);
+  }
+  Value r = s;
   Value q_nonpositive = cmp(b, q, 0, Comparison::LE);
   r = where(b, b.and_(q_nonpositive, b.not_(is_integer(b, x))), NAN, r);
   r = where(b, b.and_(q_nonpositive, is_integer(b, q)), INFINITY, r);
