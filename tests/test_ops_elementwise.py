@@ -435,6 +435,18 @@ def test_binary_special_values(op):
     check(fn, a[:, None], b[None, :])  # every pair, by broadcasting
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=str)
+def test_fmod_remainder_of_quotients_beyond_float32(dtype):
+    # Exact, as float64 computes them: the CPU's vectorized float32 kernels divide
+    # first, and 6.15625 / 2^-126 overflows to NaN results (the CPU's scalar path gives 0).
+    tiny = torch.finfo(torch.float32).tiny
+    a = torch.tensor([6.15625, -6.15625, 5.0625, tiny, 3 * tiny], dtype=dtype).repeat(8)
+    b = torch.tensor([tiny, tiny, -tiny, 5.0625, 2 * tiny], dtype=dtype).repeat(8)
+    for op in (torch.fmod, torch.remainder):
+        expected = op(a.double(), b.double()).to(dtype)
+        torch.testing.assert_close(op(a.to("tpu"), b.to("tpu")).cpu(), expected, rtol=0, atol=0)
+
+
 def test_floor_and_trunc_division_edge_cases():
     a = torch.tensor([7.0, -7.0, 7.0, -7.0, 0.0, -0.0, 1.0, -1.0, 5.0, INF, NAN, 1e30])
     b = torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, 3.0, 0.0, 0.0, 0.1, 2.0, 1.0, 7.0])
