@@ -2,6 +2,7 @@
 (`make test-vllm`, in the serving environment)."""
 
 import gc
+import random
 
 import pytest
 import torch
@@ -72,3 +73,30 @@ def test_seeded_sampling_repeats(served):
     assert first == again
     greedy = vllm.SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
     assert first != [list(o.outputs[0].token_ids) for o in llm.generate(PROMPTS, greedy)]
+
+
+def test_random_requests_compile_nothing(served):
+    """After start-up, rounds of requests of random lengths (greedy, sampled with
+    top-p and top-k, and both in one batch) compile no program: every program a
+    step runs depends on padded sizes, and warm-up ran each combination."""
+    _, llm = served
+    words = "the quick brown fox jumps over lazy dog one two three four".split()
+    rng = random.Random(0)
+    greedy = dict(temperature=0)
+    sampled = dict(temperature=0.8, top_p=0.9, top_k=20)
+    before = llm.collective_rpc("tpu_metrics")
+    for kinds in (
+        [greedy],
+        [greedy],
+        [sampled],
+        [sampled, dict(temperature=1.0)],
+        [greedy, sampled],
+    ):
+        prompts = [
+            " ".join(rng.choices(words, k=rng.randint(2, 40))) for _ in range(rng.randint(1, 6))
+        ]
+        max_tokens = rng.randint(4, 24)
+        params = [vllm.SamplingParams(max_tokens=max_tokens, **rng.choice(kinds)) for _ in prompts]
+        llm.generate(prompts, params, use_tqdm=False)
+    after = llm.collective_rpc("tpu_metrics")
+    assert [a["cache_misses"] - b["cache_misses"] for a, b in zip(after, before)] == [0]

@@ -27,6 +27,35 @@ def bucket(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+# A batch of at most this many requests is padded to this many (or its token
+# bucket, if fewer); a larger one to its token bucket.
+FEW_REQUESTS = 16
+# The fewest context slots a request is padded to.
+MIN_CONTEXT = 64
+
+
+def context_buckets(max_model_len: int) -> list[int]:
+    """The context lengths the attention pads requests to: the power of two at least
+    max_model_len, and that divided by 4, 16, ... down to MIN_CONTEXT."""
+    sizes = [bucket(max_model_len)]
+    while sizes[-1] // 4 >= MIN_CONTEXT:
+        sizes.append(sizes[-1] // 4)
+    return sorted(sizes)
+
+
+def attention_shape(
+    num_tokens_padded: int, max_query: int, max_seq: int, max_model_len: int
+) -> tuple[int, int]:
+    """The queries and context slots each request of a batch is padded to: one
+    query if every request has one (decode), else as many as the token bucket (at
+    most max_model_len's bucket); the context bucket holding max_seq and the
+    queries. Few sizes, so that warm-up compiles them all."""
+    longest = bucket(max_model_len)
+    queries = 1 if max_query == 1 else min(num_tokens_padded, longest)
+    context = next(c for c in context_buckets(max_model_len) if c >= max(max_seq, queries))
+    return queries, context
+
+
 def request_of_tokens(
     query_start_loc: torch.Tensor, num_reqs: int, num_tokens: int
 ) -> torch.Tensor:
@@ -107,6 +136,7 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.block_size = kv_cache_spec.block_size
         self.sliding_window = getattr(kv_cache_spec, "sliding_window", None)
+        self.max_model_len = vllm_config.model_config.max_model_len
 
     def build(
         self,
@@ -116,15 +146,18 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
     ) -> TpuAttentionMetadata:
         m = common_attn_metadata
         num_reqs, num_tokens = m.num_reqs, m.num_actual_tokens
-        # Padded to powers of two, so that a batch's programs serve the steps
-        # after it until a request outgrows them.
+        # The runner pads requests and tokens (num_reqs and num_tokens are padded);
+        # queries and context are padded here (attention_shape).
+        max_query, max_context = attention_shape(
+            num_tokens, m.max_query_len, m.max_seq_len, self.max_model_len
+        )
         token_rows, context_slots, mask, row_of_token = batch_layout(
             m.query_start_loc[: num_reqs + 1],
             m.seq_lens[:num_reqs],
             m.block_table_tensor[:num_reqs],
             num_tokens,
-            bucket(m.max_query_len),
-            bucket(m.max_seq_len),
+            max_query,
+            max_context,
             self.block_size,
             m.causal is True,
             self.sliding_window,
