@@ -1,7 +1,7 @@
 """vLLM's GPU model runner on the tpu device: the same batching, scheduling and
-sampling, with the one CUDA-only piece (the Triton kernel that maps tokens to KV
-cache slots) written in torch ops, and batches padded to a few sizes (powers of two)
-so that the model's programs, compiled at start-up, serve every batch."""
+sampling, with every program of a step at a few padded sizes (compiled at start-up):
+inputs prepared on the host (the KV slots too, which vLLM maps with a Triton kernel)
+and uploaded as whole buffers, requests and tokens padded to buckets."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from vllm.v1.sample.logits_processor.builtin import (
     MinTokensLogitsProcessor,
 )
 from vllm.v1.worker import gpu_input_batch, gpu_model_runner
-from vllm.v1.worker.block_table import BlockTable
 from vllm.v1.worker.gpu_input_batch import InputBatch
 from vllm.v1.worker.gpu_model_runner import NULL_BLOCK_ID, GPUModelRunner
 from vllm.v1.worker.utils import allocate_kv_cache
@@ -34,7 +33,6 @@ from vllm_torch_tpu.attention import (
     attention_shape,
     bucket,
     context_buckets,
-    request_of_tokens,
 )
 
 logger = init_logger(__name__)
@@ -43,34 +41,6 @@ logger = init_logger(__name__)
 PAD_SLOT_ID = -1
 # The fewest tokens a batch is padded to.
 MIN_PADDED_TOKENS = 16
-
-
-def compute_slot_mapping(
-    self: BlockTable, num_reqs: int, query_start_loc: torch.Tensor, positions: torch.Tensor
-) -> None:
-    """BlockTable.compute_slot_mapping, whose Triton kernel this replaces."""
-    write_slot_mapping(
-        self.slot_mapping.gpu, self.block_table.gpu, query_start_loc, positions, num_reqs,
-        self.block_size,
-    )  # fmt: skip
-
-
-@torch.compile(backend="tpu", fullgraph=True, options={"own_program": True})
-def write_slot_mapping(
-    slots: torch.Tensor,
-    block_table: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    positions: torch.Tensor,
-    num_reqs: int,
-    block_size: int,
-) -> None:
-    """Each scheduled token's KV cache slot: its request's block at its position, the
-    rest of the buffer `slots` padding. One program a shape, not op by op."""
-    num_tokens = positions.shape[0]
-    request = request_of_tokens(query_start_loc, num_reqs, num_tokens)
-    block = block_table[request, positions // block_size].to(torch.int64)
-    slots[:num_tokens] = block * block_size + positions % block_size
-    slots[num_tokens:].fill_(PAD_SLOT_ID)
 
 
 def allocate_kv_cache_per_layer(kv_cache_config, device, layout, kernel_block_sizes=None):
@@ -117,8 +87,6 @@ class TpuModelRunner(GPUModelRunner):
         self._adapt_input_batch()
 
     def _adapt_input_batch(self) -> None:
-        for table in self.input_batch.block_table.block_tables:
-            table.compute_slot_mapping = types.MethodType(compute_slot_mapping, table)
         self.input_batch._make_sampling_metadata = types.MethodType(
             host_sampling_metadata, self.input_batch
         )
