@@ -78,6 +78,15 @@ class TpuPlatform(Platform):
         return float(torch.tpu.memory_allocated(device))
 
     @classmethod
+    def verify_quantization(cls, quant: str) -> None:
+        # vLLM lets a platform without a list serve every method; its quantized
+        # layers run CUDA kernels, so a quantized model would fail in its first forward.
+        raise ValueError(
+            f"quantized weights ({quant}) are not supported on tpu: serve the model's "
+            "unquantized checkpoint"
+        )
+
+    @classmethod
     def check_if_supports_dtype(cls, dtype: torch.dtype) -> None:
         if dtype not in SUPPORTED_DTYPES:
             raise ValueError(f"the tpu platform does not serve models in {dtype}")
