@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-import types
 
 import numpy as np
 import torch
@@ -22,8 +21,7 @@ from vllm.v1.sample.logits_processor.builtin import (
     MinPLogitsProcessor,
     MinTokensLogitsProcessor,
 )
-from vllm.v1.worker import gpu_input_batch, gpu_model_runner
-from vllm.v1.worker.gpu_input_batch import InputBatch
+from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import NULL_BLOCK_ID, GPUModelRunner
 from vllm.v1.worker.utils import allocate_kv_cache
 
@@ -41,6 +39,11 @@ logger = init_logger(__name__)
 PAD_SLOT_ID = -1
 # The fewest tokens a batch is padded to.
 MIN_PADDED_TOKENS = 16
+# The InputBatch's per-request sampling values (device buffers with host twins).
+SAMPLING_VALUES = (
+    "temperature", "top_p", "top_k", "frequency_penalties", "presence_penalties",
+    "repetition_penalties",
+)  # fmt: skip
 
 
 def allocate_kv_cache_per_layer(kv_cache_config, device, layout, kernel_block_sizes=None):
@@ -87,10 +90,13 @@ class TpuModelRunner(GPUModelRunner):
         self._adapt_input_batch()
 
     def _adapt_input_batch(self) -> None:
-        self.input_batch._make_sampling_metadata = types.MethodType(
-            host_sampling_metadata, self.input_batch
-        )
-        self.input_batch.refresh_metadata()
+        # The per-request sampling values vLLM copies into slices of device buffers
+        # (a program a request count) stay on the host: the buffers are their host
+        # twins, and _sample uploads them padded.
+        batch = self.input_batch
+        for name in SAMPLING_VALUES:
+            setattr(batch, name, getattr(batch, f"{name}_cpu_tensor"))
+        batch.refresh_metadata()
 
     def may_reinitialize_input_batch(self, *args, **kwargs):
         super().may_reinitialize_input_batch(*args, **kwargs)
@@ -357,31 +363,6 @@ class TpuModelRunner(GPUModelRunner):
         torch.tpu.synchronize(self.device)
 
 
-def host_sampling_metadata(batch):
-    """InputBatch._make_sampling_metadata with its per-request tensors on the host
-    (vLLM copies them into slices of device buffers, a program a request count);
-    the runner's _sample uploads them padded."""
-    with _replaced(gpu_input_batch, "copy_slice", lambda *args: None):
-        metadata = InputBatch._make_sampling_metadata(batch)
-    n = batch.num_reqs
-
-    def host(values: torch.Tensor, used: bool) -> torch.Tensor | None:
-        return values[:n].clone() if used else None
-
-    return dataclasses.replace(
-        metadata,
-        temperature=host(batch.temperature_cpu_tensor, not batch.all_greedy),
-        top_p=host(batch.top_p_cpu_tensor, metadata.top_p is not None),
-        top_k=host(batch.top_k_cpu_tensor, metadata.top_k is not None),
-        frequency_penalties=batch.frequency_penalties_cpu_tensor[:n].clone(),
-        presence_penalties=batch.presence_penalties_cpu_tensor[:n].clone(),
-        repetition_penalties=batch.repetition_penalties_cpu_tensor[:n].clone(),
-        allowed_token_ids_mask=host(
-            batch.allowed_token_ids_mask_cpu_tensor, metadata.allowed_token_ids_mask is not None
-        ),
-    )
-
-
 def padded_sampling_covers(metadata) -> bool:
     """Whether the padded sampler serves these requests: none with penalties,
     logprobs, allowed or bad words, min-p or a logits processor of its own."""
@@ -405,17 +386,9 @@ def padded_sampling_covers(metadata) -> bool:
 def on_device(metadata, device: torch.device):
     """The sampling metadata with its host tensors uploaded (whole, no program)."""
     fields = {}
-    for name in (
-        "temperature",
-        "top_p",
-        "top_k",
-        "frequency_penalties",
-        "presence_penalties",
-        "repetition_penalties",
-        "allowed_token_ids_mask",
-    ):
+    for name in SAMPLING_VALUES:
         value = getattr(metadata, name)
-        if value is not None and value.device.type == "cpu":
+        if value is not None:
             fields[name] = value.to(device)
     return dataclasses.replace(metadata, **fields)
 
