@@ -48,3 +48,23 @@ def test_opinfo_reference(op, dtype):
     if result.status == "skip":
         pytest.skip(result.detail)
     assert result.status in ("pass", "fallback"), result.detail
+
+
+def test_low_precision_results_as_accurate_as_the_cpus_are_accepted_and_no_others():
+    """The bfloat16 rule that accepts an element the CPU's kernel and tpu round apart
+    (each no farther from float64 than twice the CPU's) refuses one that is farther."""
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    x = torch.tensor([0.3, 1.7, 2.9, 5.1], dtype=torch.bfloat16)
+    sample = SampleInput(x)
+    expected = torch.exp(x)
+    exact = torch.exp(x.double()).to(torch.bfloat16)
+    accepted = opinfo_runner._low_precision_as_accurate_as_cpu
+    assert accepted(torch.exp, sample, expected.clone(), expected, torch.bfloat16)
+    assert accepted(torch.exp, sample, exact, expected, torch.bfloat16)
+    wrong = expected.clone()
+    wrong[3] = wrong[3] * 1.1
+    assert not accepted(torch.exp, sample, wrong, expected, torch.bfloat16)
+    wrong = expected.clone()
+    wrong[0] = float("inf")
+    assert not accepted(torch.exp, sample, wrong, expected, torch.bfloat16)

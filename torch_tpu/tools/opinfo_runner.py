@@ -305,6 +305,39 @@ def _as_accurate_as_cpu(compute, sample, actual, expected) -> bool:
     return True
 
 
+def _low_precision_as_accurate_as_cpu(op, sample, actual, expected, dtype) -> bool:
+    """Whether float16/bfloat16 results that differ from the CPU's are, element by
+    element, the CPU's or at most twice as far from the result computed in float64 as
+    the CPU's (plus the dtype's tolerance). Near a pole (lgamma's, in mvlgamma of
+    inputs outside its domain) each rounding of an intermediate moves the result by
+    whole units: the CPU's kernel and a fused tpu program round them at other points,
+    and both land far from float64's, tpu no farther."""
+    wide = sample.transform(
+        lambda t: t.double() if isinstance(t, torch.Tensor) and t.dtype == dtype else t
+    )
+    try:
+        reference = _call(op, wide)
+    except Exception:
+        return False
+    tol = TOLERANCES[dtype]
+    leaves = [tree_flatten(x)[0] for x in (actual, expected, reference)]
+    if not len(leaves[0]) == len(leaves[1]) == len(leaves[2]):
+        return False
+    for a, e, r in zip(*leaves):
+        if not isinstance(e, torch.Tensor) or not e.is_floating_point():
+            if _compare(a, e, dtype) is not None:
+                return False
+            continue
+        if not isinstance(r, torch.Tensor) or a.shape != e.shape or r.shape != e.shape:
+            return False
+        a, e, r = a.detach().cpu().double(), e.detach().double(), r.detach().double()
+        same = (a == e) | (a.isnan() & e.isnan())
+        closer = (a - r).abs() <= 2 * (e - r).abs() + tol["atol"] + tol["rtol"] * r.abs()
+        if not (same | (closer & r.isfinite())).all():
+            return False
+    return True
+
+
 # Complex results whose parts rounding decides. A part of a product is a difference
 # of products: (-501-1e20j) * (-501+1e20j) has Im 0 exactly, the CPU gives 0 on its
 # vectorized path and 3.2e14 on its scalar one, tpu's fused multiply-add -3.2e14 (Re is
@@ -621,6 +654,8 @@ def _run_entry(op, dtype, max_samples, check_grad, reference) -> Result:
                         break
                 except Exception:
                     pass
+            if problem and _low_precision_as_accurate_as_cpu(op, pristine, actual, expected, dtype):
+                problem = None
         if (
             problem
             and dtype.is_complex
