@@ -129,6 +129,9 @@ Value trigamma_of(Builder& b, const Value& x0) {
   return b.select(reflect, b.neg(result), result);
 }
 
+// The unit roundoff of Cephes' loops (MACHEP): float64's, else float32's.
+double machine_epsilon(ET t) { return t == ET::F64 ? 1.11022302462515654042E-16 : 0x1p-24; }
+
 // Hurwitz zeta(x, q) as PyTorch's (Cephes') zeta, in double for every input
 // type as the CPU's (acc_type<T, /*is_cuda=*/false>; at negative q the terms
 // cancel down to a result far smaller than they are). Domain rules in its
@@ -156,7 +159,7 @@ Value zeta_of(Builder& b, const Value& x, const Value& q) {
                              -4.5979787224074726105e15,
                              1.8152105401943546773e17,
                              -7.1661652561756670113e18};
-  const double eps = 1.11022302462515654042E-16;
+  const double eps = machine_epsilon(ET::F64);
   // -eps s < t < eps s
   auto small = [eps](Builder& r, const Value& t, const Value& sum) {
     Value bound = r.mul(k(r, sum, eps), sum);
@@ -228,8 +231,6 @@ std::vector<Value> polygamma(Context& c, const Args& a) {
 // (igammac), following PyTorch's (SciPy's) choice between the power series
 // of P, the series of Q (DLMF 8.7.3), Q's continued fraction (DLMF 8.9.2) and,
 // for large a near x, Temme's uniform asymptotic expansion.
-
-double machine_epsilon(ET t) { return t == ET::F64 ? 1.11022302462515654042E-16 : 0x1p-24; }
 
 // Boost's Lanczos sum (g = 6.0246800407767296), scaled by exp(-g), as a
 // rational function of a; evaluated in 1 / a above 1.

@@ -264,12 +264,14 @@ def _is_random(op, sample) -> bool:
     return problem is not None and not problem.startswith("cannot read")
 
 
-def _widened(sample):
-    """The sample on the CPU with its float32 tensors made float64."""
+def _widened(sample, wider=None):
+    """The sample on the CPU with its tensors of the dtypes ``wider`` maps (float32 by
+    default) made the dtype it maps them to (float64)."""
+    wider = wider or {torch.float32: torch.float64}
     return _to(sample, "cpu").transform(
         lambda t: (
-            t.double().detach().requires_grad_(t.requires_grad)
-            if isinstance(t, torch.Tensor) and t.dtype == torch.float32
+            t.to(wider[t.dtype]).detach().requires_grad_(t.requires_grad)
+            if isinstance(t, torch.Tensor) and t.dtype in wider
             else t
         )
     )
@@ -312,11 +314,8 @@ def _low_precision_as_accurate_as_cpu(op, sample, actual, expected, dtype) -> bo
     inputs outside its domain) each rounding of an intermediate moves the result by
     whole units: the CPU's kernel and a fused tpu program round them at other points,
     and both land far from float64's, tpu no farther."""
-    wide = sample.transform(
-        lambda t: t.double() if isinstance(t, torch.Tensor) and t.dtype == dtype else t
-    )
     try:
-        reference = _call(op, wide)
+        reference = _call(op, _widened(sample, {dtype: torch.float64}))
     except Exception:
         return False
     tol = TOLERANCES[dtype]
@@ -370,15 +369,6 @@ def _perturbed(sample, seed):
     return sample.transform(move)
 
 
-def _complex_widened(sample):
-    wider = {torch.complex64: torch.complex128, torch.float32: torch.float64}
-    return sample.transform(
-        lambda t: (
-            t.detach().to(wider[t.dtype]) if isinstance(t, torch.Tensor) and t.dtype in wider else t
-        )
-    )
-
-
 def _distance(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """|x - r| part by part, 0 where equal (infinities too) or both NaN, else inf for NaN."""
     d = (x.double() - r.double()).abs()
@@ -397,7 +387,10 @@ def _complex_as_accurate_as_cpu(op, sample, actual, expected, override) -> bool:
         spreads = [
             tree_flatten(_call(op, _perturbed(sample, seed)))[0] for seed in range(PERTURBED_INPUTS)
         ]
-        wide = tree_flatten(_call(op, _complex_widened(sample)))[0]
+        widened = _widened(
+            sample, {torch.complex64: torch.complex128, torch.float32: torch.float64}
+        )
+        wide = tree_flatten(_call(op, widened))[0]
     except Exception:
         return False
     for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
