@@ -56,22 +56,9 @@ def tiny_llama(path: str, hidden: int, layers: int) -> None:
     )
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
-    import torch
-    import transformers
-
-    config = transformers.LlamaConfig(
-        vocab_size=384, hidden_size=hidden, intermediate_size=2 * hidden,
-        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=512, bos_token_id=0, eos_token_id=1, torch_dtype="float32",
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() > 1:
-                p.normal_(0, 0.15)
-    model.save_pretrained(path)
-    conftest.save_tokenizer(path)
+    conftest.save_model(
+        path, "llama", hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers
+    )
 
 
 def make_llm(path: str):

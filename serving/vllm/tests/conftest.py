@@ -36,7 +36,8 @@ def save_tokenizer(path: str) -> None:
     fast.save_pretrained(path)
 
 
-def save_model(path: str, arch: str) -> None:
+def save_model(path: str, arch: str, **sizes) -> None:
+    """A tiny `arch` model of random weights; `sizes` override its config's sizes."""
     import torch
     import transformers
 
@@ -53,6 +54,7 @@ def save_model(path: str, arch: str) -> None:
         tie_word_embeddings=False,
         torch_dtype="float32",
     )
+    common.update(sizes)
     if arch == "llama":
         config = transformers.LlamaConfig(**common)
         cls = transformers.LlamaForCausalLM
