@@ -236,13 +236,10 @@ def _wider_reference(op, cpu_sample, dtype, wide=torch.float32):
     2^-126) makes NaN where the exact result is 0.
     """
 
-    def up(t):
-        return t.to(wide) if isinstance(t, torch.Tensor) and t.dtype == dtype else t
-
     def down(t):
         return t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype == wide else t
 
-    return tree_map(down, _call(op, cpu_sample.transform(up)))
+    return tree_map(down, _call(op, _widened(cpu_sample, {dtype: wide})))
 
 
 def _is_random(op, sample) -> bool:
