@@ -361,6 +361,35 @@ def test_factories_at_a_varying_size_take_its_bound():
     assert not _C._has_bounds(torch.arange(5, device="tpu"))
 
 
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda v: torch.repeat_interleave(v, 2, dim=1),  # clone of an expanded view
+        lambda v: v.clone(),
+        lambda v: v * 2,
+        lambda v: v.sum(1),
+        lambda v: torch.cat([v, v], 1),
+        lambda v: v.index_select(1, torch.tensor([], dtype=torch.int64, device=v.device)),
+        lambda v: v.sum(0),
+    ],
+    ids=["repeat_interleave", "clone", "mul", "sum", "cat", "index_select", "sum_of_empty"],
+)
+def test_empty_views_of_bounded_tensors_run_at_their_sizes(op):
+    # ones(3, 5, 4) takes the bounds of live varying dimensions of sizes 3 and 5; its
+    # empty views have nothing to read at the bounds (XLA refused the gather such a
+    # program made, from an operand dimension of size 0) and run at their sizes,
+    # without the per-size warning.
+    varying = [marked(randn(2, 3, 8)), marked(randn(2, 5, 8))]
+    base = torch.ones(3, 5, 4, device="tpu")
+    assert _C._has_bounds(base)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for view in (base[:0], base[:, :0], base[:, :, :0]):
+            got, want = op(view), op(view.cpu())
+            assert got.shape == want.shape and torch.equal(got.cpu(), want)
+    del varying
+
+
 def test_a_position_inside_the_varying_dimension_is_copied_at_its_sizes():
     # generate()'s logits[:, -1].to(copy=True, dtype=float32): no dimension of the view
     # varies, so the copy is an ordinary one.

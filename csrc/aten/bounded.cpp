@@ -809,6 +809,18 @@ bool demote_coincidences(std::vector<BoundedPlan::Operand>& inputs) {
   return any;
 }
 
+bool all_empty(const ReturnLayouts& real) {
+  bool any = false;
+  for (const auto& results : real) {
+    for (const auto& r : results) {
+      if (!r) continue;
+      if (product(r->sizes) != 0) return false;
+      any = true;
+    }
+  }
+  return any;
+}
+
 }  // namespace
 
 std::optional<BoundedPlan> plan_bounded(
@@ -837,6 +849,10 @@ std::optional<BoundedPlan> plan_bounded(
       }
     });
   }
+  // An empty result has no entries to compute at the bounds (the program read its
+  // empty operands there, gathering from a dimension of size 0, which XLA refuses):
+  // the call runs at its own sizes, where an empty result costs no program.
+  if (all_empty(real)) return std::nullopt;
   if (!any) {
     if (is_cat && seen_changing(args, real)) return plan_cat_at_bounds(plan, args, real, &why);
     if (!g_bounds_used) return std::nullopt;

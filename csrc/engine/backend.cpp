@@ -230,7 +230,13 @@ std::shared_ptr<runtime::Executable> Backend::compile(const std::string& mlir, b
       return executable;
     }
   }
-  auto executable = client_->compile(mlir, options);
+  std::shared_ptr<runtime::Executable> executable;
+  try {
+    executable = client_->compile(mlir, options);
+  } catch (const runtime::Error& e) {
+    // XLA's message names a line of the program; the user needs the op.
+    throw runtime::Error(name + ": " + e.what(), e.code());
+  }
   metrics().compiles++;
   if (fast) metrics().fast_compiles++;
   metrics().compile_nanos += elapsed();

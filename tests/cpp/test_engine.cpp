@@ -155,6 +155,13 @@ TEST(engine_offsets_are_operands_not_recompiles) {
   CHECK(engine::metrics().compiles - before <= 1);
 }
 
+TEST(engine_compile_error_names_what_the_program_runs) {
+  start_backend();
+  CHECK_THROWS(engine::Backend::get().compile("module { this is not mlir }", /*fast=*/false,
+                                              "aten::frobnicate", {}),
+               "aten::frobnicate: XLA compilation failed");
+}
+
 TEST(engine_unwritten_storage_reads_as_zeros) {
   start_backend();
   StorageSlot slot;
