@@ -44,8 +44,9 @@ DTYPES = (torch.float32, torch.bfloat16)
 MODES = ("train", "eval")
 
 # Known failures by "module", "module:dtype" or "module:dtype:mode" (dtype as in
-# ``float32``; "module.errors" for the error inputs), with the reason: xfail, strict
-# (a fix shows up as XPASS) but for those a rounding decides (UNDECIDED).
+# ``float32``; "module.errors" for the error inputs), any of them followed by
+# "@eager_mode" where only that eager mode fails, with the reason: xfail, strict (a fix
+# shows up as XPASS) but for those a rounding decides (UNDECIDED).
 _RELU_KINK = (
     "bfloat16 rounding: a pre-activation within an ulp of zero lands on the other side of "
     "ReLU's kink on tpu than on the CPU (every activation and its gradient agree to an ulp "
@@ -53,17 +54,28 @@ _RELU_KINK = (
     "then differs by whole elements), so the first layer's weight gradients differ by up "
     "to 30%: the same comparison passes for other draws of the inputs"
 )
+_FUSED_SOFTMAX_GRADIENT = (
+    "float32 rounding in a fused program: the in-projection weight's gradient for one of "
+    "the database's inputs (train and eval alike) has an element of -0.18302255 (float64) "
+    "among values up to 10.6, a sum that cancels; the CPU gives -0.18301065 (1.2e-5 off), defer_and_fuse's one "
+    "program for the backward -0.18299226 (3.0e-5 off, beyond atol 1e-5 from the CPU's "
+    "and 2.5 times its error where the accuracy rule allows 2); strict eager's per-op "
+    "programs pass, and the other inputs pass in both modes"
+)
 KNOWN_FAILURES: dict[str, str] = {
     "nn.TransformerEncoder:bfloat16": _RELU_KINK,
+    "nn.MultiheadAttention:float32@defer_and_fuse": _FUSED_SOFTMAX_GRADIENT,
 }
-UNDECIDED = {"nn.TransformerEncoder:bfloat16"}
+UNDECIDED = {"nn.TransformerEncoder:bfloat16", "nn.MultiheadAttention:float32@defer_and_fuse"}
 
 
-def _known_failure(name: str, dtype: torch.dtype, mode: str) -> str | None:
-    short = str(dtype)[6:]
+def _known_failure(name: str, dtype: torch.dtype, mode: str) -> tuple[str, bool] | None:
+    """The reason a case is known to fail, and whether its xfail is strict."""
+    short, eager = str(dtype)[6:], torch_tpu.get_eager_mode().value
     for key in (f"{name}:{short}:{mode}", f"{name}:{short}", name):
-        if key in KNOWN_FAILURES:
-            return KNOWN_FAILURES[key]
+        for qualified in (f"{key}@{eager}", key):
+            if qualified in KNOWN_FAILURES:
+                return KNOWN_FAILURES[qualified], qualified not in UNDECIDED
     return None
 
 
@@ -90,10 +102,9 @@ def _cases(infos):
         for dtype in DTYPES:
             for mode in MODES:
                 marks = []
-                reason = _known_failure(info.name, dtype, mode)
-                if reason:
-                    strict = f"{info.name}:{str(dtype)[6:]}" not in UNDECIDED
-                    marks.append(pytest.mark.xfail(reason=reason, strict=strict))
+                known = _known_failure(info.name, dtype, mode)
+                if known:
+                    marks.append(pytest.mark.xfail(reason=known[0], strict=known[1]))
                 yield pytest.param(
                     info, dtype, mode, id=f"{info.name}-{str(dtype)[6:]}-{mode}", marks=marks
                 )
@@ -344,9 +355,9 @@ def _error_cases(infos):
     for info in [i for i in infos if i.module_error_inputs_func is not None]:
         for mode in MODES:
             marks = []
-            reason = _known_failure(f"{info.name}.errors", torch.float32, mode)
-            if reason:
-                marks.append(pytest.mark.xfail(reason=reason, strict=True))
+            known = _known_failure(f"{info.name}.errors", torch.float32, mode)
+            if known:
+                marks.append(pytest.mark.xfail(reason=known[0], strict=known[1]))
             yield pytest.param(info, mode, id=f"{info.name}-{mode}", marks=marks)
 
 
