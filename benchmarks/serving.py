@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -44,12 +45,17 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--hidden", type=int, default=64, help="hidden size (64)")
     parser.add_argument("--layers", type=int, default=2, help="decoder layers (2)")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads (4; 2 KV heads)")
+    parser.add_argument("--max-model-len", type=int, default=256, help="vLLM's max_model_len (256)")
+    parser.add_argument(
+        "--startup-only", action="store_true", help="measure start-up (cold, cached) alone"
+    )
     parser.add_argument("--model", help="a model folder to serve instead of the tiny Llama")
     parser.add_argument("--startup", help=argparse.SUPPRESS)  # a child: time LLM(...) alone
     return parser.parse_args()
 
 
-def tiny_llama(path: str, hidden: int, layers: int) -> None:
+def tiny_llama(path: str, hidden: int, layers: int, heads: int, max_model_len: int) -> None:
     """The serving tests' tiny Llama (their tokenizer and weight scale) at a given size."""
     spec = importlib.util.spec_from_file_location(
         "serving_conftest", ROOT / "serving/vllm/tests/conftest.py"
@@ -57,32 +63,34 @@ def tiny_llama(path: str, hidden: int, layers: int) -> None:
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
     conftest.save_model(
-        path, "llama", hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers
-    )
+        path, "llama", hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, max_position_embeddings=max(512, max_model_len),
+    )  # fmt: skip
 
 
-def make_llm(path: str):
+def make_llm(path: str, max_model_len: int):
     from vllm import LLM
 
-    return LLM(model=path, dtype="float32", max_model_len=256, seed=0)
+    return LLM(model=path, dtype="float32", max_model_len=max_model_len, seed=0)
 
 
-def startup(path: str) -> None:
+def startup(path: str, max_model_len: int) -> None:
     """In a child process: LLM(...) timed, with the programs it compiled."""
     import torch_tpu
 
     start = time.perf_counter()
-    make_llm(path)
+    make_llm(path, max_model_len)
     seconds = time.perf_counter() - start
     metrics = torch_tpu.metrics()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
     print(json.dumps({"seconds": seconds, "compiled": metrics["compiles"],
-                      "from_cache": metrics["persistent_cache_hits"]}))  # fmt: skip
+                      "from_cache": metrics["persistent_cache_hits"], "peak_gib": peak}))  # fmt: skip
 
 
-def timed_startup(path: str, cache_dir: str) -> dict:
+def timed_startup(path: str, cache_dir: str, max_model_len: int) -> dict:
     env = dict(os.environ, TORCH_TPU_CACHE_DIR=cache_dir, VLLM_ENABLE_V1_MULTIPROCESSING="0")
     out = subprocess.run(
-        [sys.executable, __file__, "--startup", path],
+        [sys.executable, __file__, "--startup", path, "--max-model-len", str(max_model_len)],
         env=env, capture_output=True, text=True, check=False, timeout=1800,
     )  # fmt: skip
     if out.returncode != 0:
@@ -110,7 +118,7 @@ def main() -> None:
     args = parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.startup:
-        startup(args.startup)
+        startup(args.startup, args.max_model_len)
         return
     # The engine in this process, so that torch_tpu.metrics() counts its programs.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -118,21 +126,23 @@ def main() -> None:
     path = args.model
     if path is None:
         path = os.path.join(work, "llama")
-        tiny_llama(path, args.hidden, args.layers)
+        tiny_llama(path, args.hidden, args.layers, args.heads, args.max_model_len)
 
     cache = os.path.join(work, "programs")
-    cold = timed_startup(path, cache)
-    warm = timed_startup(path, cache)
+    cold = timed_startup(path, cache, args.max_model_len)
+    warm = timed_startup(path, cache, args.max_model_len)
     for name, run in (("cold", cold), ("with the program cache", warm)):
         print(f"start-up, {name}: {run['seconds']:.1f} s, {run['compiled']} programs compiled, "
-              f"{run['from_cache']} read from the cache")  # fmt: skip
+              f"{run['from_cache']} read from the cache, peak memory {run['peak_gib']:.1f} GiB")  # fmt: skip
+    if args.startup_only:
+        return
 
     import torch
     import torch_tpu
     import transformers
     from vllm import SamplingParams
 
-    llm = make_llm(path)
+    llm = make_llm(path, args.max_model_len)
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     hf = {
         device: transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -1,12 +1,18 @@
-"""Paged attention in torch ops: the KV cache written by slot, and each token
-attending to its request's keys and values read through the block table, the
-whole ragged batch at once."""
+"""Paged attention in torch ops: the KV cache written by slot, and each query
+attending to its request's keys and values read through the block table.
+
+A batch's requests are laid out on the host as rows: a decode (one query) a row, a
+prefill a row for each PREFILL_ROW of its queries. Rows are grouped by the context
+bucket of their own request and cut into chunks of a few row counts, so that each
+chunk is one program of a few shapes (compiled at start-up) whose gathered keys and
+values and scores stay within CHUNK_ELEMENTS, whatever the batch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import torch
 from vllm.v1.attention.backend import (
     AttentionBackend,
@@ -18,6 +24,7 @@ from vllm.v1.attention.backend import (
     MultipleOf,
 )
 from vllm.v1.kv_cache_layout import KVCacheLayout
+from vllm.v1.worker.gpu_model_runner import NULL_BLOCK_ID
 
 from vllm_torch_tpu.platform import SUPPORTED_DTYPES
 
@@ -27,15 +34,21 @@ def bucket(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-# A batch of at most this many requests is padded to this many (or its token
-# bucket, if fewer); a larger one to its token bucket.
-FEW_REQUESTS = 16
-# The fewest context slots a request is padded to.
+# The fewest context slots a row is padded to.
 MIN_CONTEXT = 64
+# The queries of a prefill row.
+PREFILL_ROW = 16
+# The fewest and the most rows of a chunk.
+MIN_CHUNK_ROWS = 8
+MAX_CHUNK_ROWS = 256
+# The most elements of a chunk's largest intermediates: the keys and values it gathers
+# (rows x context x kv_heads * 2 * head_size) and its scores (rows x heads x queries a
+# row x context).
+CHUNK_ELEMENTS = 1 << 26
 
 
 def context_buckets(max_model_len: int) -> list[int]:
-    """The context lengths the attention pads requests to: the power of two at least
+    """The context lengths rows are padded to: the power of two at least
     max_model_len, and that divided by 4, 16, ... down to MIN_CONTEXT."""
     sizes = [bucket(max_model_len)]
     while sizes[-1] // 4 >= MIN_CONTEXT:
@@ -43,27 +56,38 @@ def context_buckets(max_model_len: int) -> list[int]:
     return sorted(sizes)
 
 
-def attention_shape(
-    num_tokens_padded: int, max_query: int, max_seq: int, max_model_len: int
-) -> tuple[int, int]:
-    """The queries and context slots each request of a batch is padded to: one
-    query if every request has one (decode), else as many as the token bucket (at
-    most max_model_len's bucket); the context bucket holding max_seq and the
-    queries. Few sizes, so that warm-up compiles them all."""
-    longest = bucket(max_model_len)
-    queries = 1 if max_query == 1 else min(num_tokens_padded, longest)
-    context = next(c for c in context_buckets(max_model_len) if c >= max(max_seq, queries))
-    return queries, context
+def context_bucket(seq_len: int, max_model_len: int) -> int:
+    return next(c for c in context_buckets(max_model_len) if c >= seq_len)
 
 
-def request_of_tokens(
-    query_start_loc: torch.Tensor, num_reqs: int, num_tokens: int
-) -> torch.Tensor:
-    """The request each of the batch's first num_tokens tokens belongs to (padding
-    tokens past the last request's: the last request)."""
-    token = torch.arange(num_tokens, device=query_start_loc.device)
-    request = torch.searchsorted(query_start_loc[1 : num_reqs + 1], token, right=True)
-    return request.clamp(max=num_reqs - 1)
+def most_chunk_rows(context: int, per_row: int, slot_elements: int, heads: int) -> int:
+    """The rows of a full chunk of rows of per_row queries at this context bucket
+    (slot_elements: a slot's keys and values, kv_heads * 2 * head_size)."""
+    row = context * max(slot_elements, heads * per_row)
+    rows = max(1, CHUNK_ELEMENTS // row)
+    return max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, 1 << (rows.bit_length() - 1)))
+
+
+def chunk_sizes(rows: int, most: int) -> list[int]:
+    """The padded row counts of the chunks that hold `rows` rows: full chunks of
+    `most`, then the rest's bucket (at least MIN_CHUNK_ROWS)."""
+    sizes = [most] * (rows // most)
+    if rows % most:
+        sizes.append(min(most, max(MIN_CHUNK_ROWS, bucket(rows % most))))
+    return sizes
+
+
+def chunk_shapes(max_model_len: int, slot_elements: int, heads: int) -> list[tuple[int, int, int]]:
+    """Every (rows, queries a row, context) a chunk can have."""
+    shapes = []
+    for context in context_buckets(max_model_len):
+        for per_row in (1, PREFILL_ROW):
+            most = most_chunk_rows(context, per_row, slot_elements, heads)
+            rows = MIN_CHUNK_ROWS
+            while rows <= most:
+                shapes.append((rows, per_row, context))
+                rows *= 2
+    return shapes
 
 
 class TpuAttentionBackend(AttentionBackend):
@@ -120,23 +144,47 @@ class TpuAttentionBackend(AttentionBackend):
 
 
 @dataclass
+class AttentionChunk:
+    """Rows of a few queries each over a context bucket, every tensor prepared on the
+    host and uploaded whole. A padding query reads token 0 and writes the staging
+    buffer's spare row; a padding row attends to the null block's first slot."""
+
+    queries: torch.Tensor  # [rows * queries a row]: each query's token
+    outputs: torch.Tensor  # [rows * queries a row]: the row its output goes to
+    positions: torch.Tensor  # [rows, queries a row]: each query's position
+    lengths: torch.Tensor  # [rows]: the context length of the row's request
+    blocks: torch.Tensor  # [rows, context bucket / block size]: its block table
+
+
+@dataclass
 class TpuAttentionMetadata:
     num_actual_tokens: int
-    # The batch as requests padded to max_query queries: for row r, query i,
-    token_rows: torch.Tensor  # [requests * max_query]: the token there (0 where none)
-    context_slots: torch.Tensor  # [requests, max_context]: the slots of its context
-    # [requests, 1, max_query, max_context]: what each query attends to.
-    mask: torch.Tensor
-    # token t sits at row_of_token[t] of the padded [requests * max_query] batch
-    row_of_token: torch.Tensor
+    chunks: tuple[AttentionChunk, ...]
+    causal: bool
+    # The staging buffers' rows: the most tokens a batch has.
+    capacity: int
+
+
+@dataclass
+class Row:
+    request: int
+    first: int  # its first query's token
+    count: int  # its queries
+    position: int  # its first query's position
 
 
 class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
     def __init__(self, kv_cache_spec, layer_names, vllm_config, device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self.block_size = kv_cache_spec.block_size
-        self.sliding_window = getattr(kv_cache_spec, "sliding_window", None)
+        self.slot_elements = kv_cache_spec.num_kv_heads * 2 * kv_cache_spec.head_size
+        model, parallel = vllm_config.model_config, vllm_config.parallel_config
+        self.heads = model.get_num_attention_heads(parallel)  # this worker's
         self.max_model_len = vllm_config.model_config.max_model_len
+        # Set by the runner (TpuModelRunner): the block table on the host, and the
+        # most tokens a batch is padded to.
+        self.host_block_table: np.ndarray | None = None
+        self.capacity = vllm_config.scheduler_config.max_num_batched_tokens
 
     def build(
         self,
@@ -145,30 +193,48 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         fast_build: bool = False,
     ) -> TpuAttentionMetadata:
         m = common_attn_metadata
-        num_reqs, num_tokens = m.num_reqs, m.num_actual_tokens
-        # The runner pads requests and tokens (num_reqs and num_tokens are padded);
-        # queries and context are padded here (attention_shape).
-        max_query, max_context = attention_shape(
-            num_tokens, m.max_query_len, m.max_seq_len, self.max_model_len
-        )
-        token_rows, context_slots, mask, row_of_token = batch_layout(
-            m.query_start_loc[: num_reqs + 1],
-            m.seq_lens[:num_reqs],
-            m.block_table_tensor[:num_reqs],
-            num_tokens,
-            max_query,
-            max_context,
-            self.block_size,
-            m.causal is True,
-            self.sliding_window,
-        )
+        starts = m.query_start_loc_cpu.numpy()
+        seq_lens = m.seq_lens_cpu_upper_bound.numpy()
+        # Rows by queries a row and context bucket (padding requests have no query).
+        groups: dict[tuple[int, int], list[Row]] = {}
+        for r in range(m.num_reqs):
+            start, count, seq = int(starts[r]), int(starts[r + 1] - starts[r]), int(seq_lens[r])
+            per_row = 1 if count == 1 else PREFILL_ROW
+            context = context_bucket(seq, self.max_model_len)
+            for first in range(0, count, per_row):
+                rows = groups.setdefault((per_row, context), [])
+                # A request's queries are the last of its context.
+                rows.append(Row(r, start + first, min(per_row, count - first), seq - count + first))
+        chunks = []
+        for (per_row, context), rows in sorted(groups.items()):
+            most = most_chunk_rows(context, per_row, self.slot_elements, self.heads)
+            for size in chunk_sizes(len(rows), most):
+                chunk = self._chunk(rows[:size], size, per_row, context, seq_lens)
+                chunks.append(AttentionChunk(*(torch.from_numpy(a).to(self.device) for a in chunk)))
+                rows = rows[size:]
         return TpuAttentionMetadata(
-            num_actual_tokens=num_tokens,
-            token_rows=token_rows,
-            context_slots=context_slots,
-            mask=mask,
-            row_of_token=row_of_token,
+            num_actual_tokens=m.num_actual_tokens,
+            chunks=tuple(chunks),
+            causal=m.causal is True,
+            capacity=self.capacity,
         )
+
+    def _chunk(self, rows: list[Row], size: int, per_row: int, context: int, seq_lens):
+        """(queries, outputs, positions, lengths, blocks) of `rows` padded to `size`."""
+        queries = np.zeros((size, per_row), dtype=np.int64)
+        outputs = np.full((size, per_row), self.capacity, dtype=np.int64)
+        positions = np.zeros((size, per_row), dtype=np.int64)
+        lengths = np.ones(size, dtype=np.int64)
+        blocks = np.full((size, context // self.block_size), NULL_BLOCK_ID, dtype=np.int32)
+        width = min(blocks.shape[1], self.host_block_table.shape[1])
+        for i, row in enumerate(rows):
+            tokens = row.first + np.arange(row.count)
+            queries[i, : row.count] = tokens
+            outputs[i, : row.count] = tokens
+            positions[i, : row.count] = row.position + np.arange(row.count)
+            lengths[i] = seq_lens[row.request]
+            blocks[i, :width] = self.host_block_table[row.request, :width]
+        return queries.reshape(-1), outputs.reshape(-1), positions, lengths, blocks
 
 
 class TpuAttentionImpl(AttentionImpl):
@@ -196,6 +262,7 @@ class TpuAttentionImpl(AttentionImpl):
         self.num_kv_heads = num_kv_heads or num_heads
         self.logits_soft_cap = logits_soft_cap or 0.0
         self.attn_type = attn_type
+        self.sliding_window = sliding_window
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self.sinks = sinks
 
@@ -235,76 +302,58 @@ class TpuAttentionImpl(AttentionImpl):
             return output
         m = attn_metadata
         n = m.num_actual_tokens
-        out = paged_attention(
-            query[:n].view(n, self.num_heads, self.head_size),
+        queries, outputs = staging_buffers(m.capacity, self.num_heads, self.head_size, query)
+        stage(queries, query[:n].view(n, self.num_heads, self.head_size))
+        for chunk in m.chunks:
+            self.attend(chunk, queries, outputs, kv_cache, m.causal)
+        output[:n].view(n, -1).copy_(outputs[:n])
+        return output
+
+    def attend(self, chunk: AttentionChunk, queries, outputs, kv_cache, causal: bool) -> None:
+        paged_attention(
+            queries,
+            outputs,
             self._slots(kv_cache),
-            m.context_slots,
-            m.token_rows,
-            m.mask,
-            m.row_of_token,
+            chunk.queries,
+            chunk.outputs,
+            chunk.positions,
+            chunk.lengths,
+            chunk.blocks,
             self.sinks,
+            block_size=kv_cache.shape[2],
+            causal=causal,
+            sliding_window=self.sliding_window,
             num_kv_heads=self.num_kv_heads,
             scale=self.scale,
             soft_cap=self.logits_soft_cap,
         )
-        output[:n].view(n, -1).copy_(out.to(output.dtype))
-        return output
 
 
-# The batch's layout, the KV cache write and the attention each run as one program a
-# shape (torch.compile's "tpu" backend; sizes symbolic after the first new one), not
-# op by op, and apart from the model's programs (own_program): those depend on the
-# token count alone and are compiled at warm-up; fused with these, they would compile
-# again for every combination of request, query and context buckets.
+# The staging buffers by (device, capacity, heads, head_size, dtype): layers run one
+# after another, so they share them.
+_staging: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def staging_buffers(capacity: int, num_heads: int, head_size: int, like: torch.Tensor):
+    """A layer's queries [capacity, heads, head_size] and outputs [capacity + 1,
+    heads * head_size] (float32; the spare row takes the padding's): chunks read and
+    write these, so that their programs do not depend on the batch's token count."""
+    key = (like.device, capacity, num_heads, head_size, like.dtype)
+    if key not in _staging:
+        _staging[key] = (
+            torch.zeros((capacity, num_heads, head_size), dtype=like.dtype, device=like.device),
+            torch.zeros((capacity + 1, num_heads * head_size), device=like.device),
+        )
+    return _staging[key]
+
+
+# The staging, the KV cache write and the attention each run as one program a shape
+# (torch.compile's "tpu" backend; sizes symbolic after the first new one), not op by
+# op, and apart from the model's programs (own_program): those depend on the token
+# count alone; fused with these, they would compile again for every chunk shape.
 @torch.compile(backend="tpu", fullgraph=True, options={"own_program": True})
-def batch_layout(
-    query_start_loc: torch.Tensor,
-    seq_lens: torch.Tensor,
-    block_table: torch.Tensor,
-    num_tokens: int,
-    max_query: int,
-    max_context: int,
-    block_size: int,
-    causal: bool,
-    sliding_window: int | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """TpuAttentionMetadata's tensors for a batch of requests (query_start_loc [R + 1],
-    seq_lens [R], block_table [R, blocks]) padded to max_query queries and
-    max_context context slots each."""
-    device = query_start_loc.device
-    query_start_loc = query_start_loc.to(torch.int64)
-    starts = query_start_loc[:-1]
-    query_lens = query_start_loc[1:] - starts
-    seq_lens = seq_lens.to(torch.int64)
-
-    i = torch.arange(max_query, device=device)
-    token_valid = i[None, :] < query_lens[:, None]
-    token_rows = torch.where(token_valid, starts[:, None] + i[None, :], 0).reshape(-1)
-    # A request's queries are the last of its context: query i at position
-    # seq_len - query_len + i.
-    query_pos = (seq_lens - query_lens)[:, None] + i[None, :]
-
-    j = torch.arange(max_context, device=device)
-    blocks = block_table.to(torch.int64)
-    block_of_j = (j // block_size).clamp(max=blocks.shape[1] - 1)
-    context_slots = blocks[:, block_of_j] * block_size + j % block_size
-
-    # Padding requests (no context) attend to slot 0 of the null block, so that
-    # their rows, which nothing reads, stay finite.
-    mask = j[None, None, :] < seq_lens.clamp(min=1)[:, None, None]
-    if causal:
-        mask = mask & (j[None, None, :] <= query_pos[:, :, None])
-    if sliding_window is not None:
-        mask = mask & (j[None, None, :] > query_pos[:, :, None] - sliding_window)
-
-    # Padding tokens (past the batch's last query) read row 0.
-    num_reqs = starts.shape[0]
-    request = request_of_tokens(query_start_loc, num_reqs, num_tokens)
-    t = torch.arange(num_tokens, device=device)
-    row_of_token = torch.where(
-        t < query_start_loc[-1], request * max_query + (t - starts[request]), 0
-    )
-    return token_rows, context_slots, mask[:, None], row_of_token
+def stage(buffer: torch.Tensor, values: torch.Tensor) -> None:
+    buffer[: values.shape[0]].copy_(values)
 
 
 @torch.compile(backend="tpu", fullgraph=True, options={"own_program": True})
@@ -323,38 +372,49 @@ def write_kv_cache(
 
 @torch.compile(backend="tpu", fullgraph=True, options={"own_program": True})
 def paged_attention(
-    query: torch.Tensor,
+    queries: torch.Tensor,
+    outputs: torch.Tensor,
     rows: torch.Tensor,
-    context_slots: torch.Tensor,
-    token_rows: torch.Tensor,
-    mask: torch.Tensor,
-    row_of_token: torch.Tensor,
+    query_tokens: torch.Tensor,
+    output_rows: torch.Tensor,
+    positions: torch.Tensor,
+    lengths: torch.Tensor,
+    blocks: torch.Tensor,
     sinks: torch.Tensor | None,
+    block_size: int,
+    causal: bool,
+    sliding_window: int | None,
     num_kv_heads: int,
     scale: float,
     soft_cap: float,
-) -> torch.Tensor:
-    """Attention of the tokens `query` [n, heads, head_size] over their requests'
-    contexts in `rows`, as TpuAttentionMetadata lays them out; [n, heads * head_size]
-    in float32."""
-    num_heads, head_size = query.shape[1:]
-    num_reqs = context_slots.shape[0]
-    max_query = token_rows.shape[0] // num_reqs
-    context = rows[context_slots]  # [requests, context, kv_heads, 2 * head_size]
+) -> None:
+    """Attention of a chunk's queries (rows of `queries` [capacity, heads,
+    head_size]) over their contexts in `rows` [slots, kv_heads, 2 * head_size],
+    written (float32) to its rows of `outputs`."""
+    num_heads, head_size = queries.shape[1:]
+    num_rows, per_row = positions.shape
+    j = torch.arange(blocks.shape[1] * block_size, device=queries.device)
+    context_slots = blocks.to(torch.int64)[:, j // block_size] * block_size + j % block_size
+    context = rows[context_slots]  # [rows, context, kv_heads, 2 * head_size]
     k, v = context.split(head_size, dim=-1)
     group = num_heads // num_kv_heads
     if group > 1:
         k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
-    q = query[token_rows].view(num_reqs, max_query, num_heads, head_size)
-    # [requests, heads, queries, context] in float32.
+    q = queries[query_tokens].view(num_rows, per_row, num_heads, head_size)
+    # [rows, heads, queries, context] in float32.
     scores = torch.einsum("rqhd,rchd->rhqc", q.float(), k.float()) * scale
     if soft_cap:
         scores = soft_cap * torch.tanh(scores / soft_cap)
-    scores = scores.masked_fill(~mask, float("-inf"))
+    mask = j[None, None, :] < lengths[:, None, None]
+    if causal:
+        mask = mask & (j[None, None, :] <= positions[:, :, None])
+    if sliding_window is not None:
+        mask = mask & (j[None, None, :] > positions[:, :, None] - sliding_window)
+    scores = scores.masked_fill(~mask[:, None], float("-inf"))
     if sinks is not None:
-        sink = sinks.float()[None, :, None, None].expand(num_reqs, -1, max_query, 1)
+        sink = sinks.float()[None, :, None, None].expand(num_rows, -1, per_row, 1)
         probs = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
     else:
         probs = torch.softmax(scores, dim=-1)
     out = torch.einsum("rhqc,rchd->rqhd", probs, v.float())
-    return out.reshape(num_reqs * max_query, num_heads * head_size)[row_of_token]
+    outputs.index_copy_(0, output_rows, out.reshape(num_rows * per_row, num_heads * head_size))

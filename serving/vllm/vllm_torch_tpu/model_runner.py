@@ -14,6 +14,7 @@ import torch
 import torch_tpu
 from vllm.logger import init_logger
 from vllm.sampling_params import SamplingParams
+from vllm.v1.attention.backend import AttentionType
 from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
 from vllm.v1.outputs import SamplerOutput
 from vllm.v1.sample.logits_processor.builtin import (
@@ -27,10 +28,12 @@ from vllm.v1.worker.utils import allocate_kv_cache
 
 from vllm_torch_tpu import moe  # noqa: F401  (registers the experts and routing ops)
 from vllm_torch_tpu.attention import (
-    FEW_REQUESTS,
-    attention_shape,
+    AttentionChunk,
+    TpuAttentionImpl,
+    TpuAttentionMetadataBuilder,
     bucket,
-    context_buckets,
+    chunk_shapes,
+    staging_buffers,
 )
 
 logger = init_logger(__name__)
@@ -39,6 +42,9 @@ logger = init_logger(__name__)
 PAD_SLOT_ID = -1
 # The fewest tokens a batch is padded to.
 MIN_PADDED_TOKENS = 16
+# A batch of at most this many requests is padded to this many (or its token
+# bucket, if fewer); a larger one to its token bucket.
+FEW_REQUESTS = 16
 # The InputBatch's per-request sampling values (device buffers with host twins).
 SAMPLING_VALUES = (
     "temperature", "top_p", "top_k", "frequency_penalties", "presence_penalties",
@@ -131,6 +137,13 @@ class TpuModelRunner(GPUModelRunner):
         tokens = kwargs.get("num_tokens_padded") or self._padded_tokens(kwargs["num_tokens"])
         reqs = kwargs.get("num_reqs_padded") or self._padded_reqs(tokens, kwargs["num_reqs"])
         kwargs.update(num_tokens_padded=tokens, num_reqs_padded=reqs, num_reqs=reqs)
+        # The attention lays its batch out on the host, from the host's block tables.
+        for gid, groups in enumerate(self.attn_groups):
+            for group in groups:
+                for builder in group.metadata_builders:
+                    if isinstance(builder, TpuAttentionMetadataBuilder):
+                        builder.host_block_table = self.input_batch.block_table[gid].block_table.np
+                        builder.capacity = self.max_num_tokens
         return super()._build_attention_metadata(*args, **kwargs)
 
     def _get_slot_mappings(self, num_tokens_padded: int, *args, **kwargs):
@@ -267,52 +280,28 @@ class TpuModelRunner(GPUModelRunner):
             n *= 2
         return sizes + [self.max_num_tokens]
 
-    def _step_shape(self, query_lens: list[int], seq_lens: list[int]) -> tuple:
-        """The sizes a batch's programs depend on: padded tokens and requests, and the
-        attention's padded query and context."""
-        tokens = self._padded_tokens(sum(query_lens))
-        reqs = self._padded_reqs(tokens, len(query_lens))
-        return (tokens, reqs) + self._attention_shape(tokens, max(query_lens), max(seq_lens))
-
-    def _attention_shape(self, num_tokens_padded: int, max_query: int, max_seq: int):
-        return attention_shape(num_tokens_padded, max_query, max_seq, self.max_model_len)
-
-    def warm_up_batches(self) -> dict[tuple, tuple[list[int], list[int]]]:
-        """A batch (query lengths, sequence lengths) of each combination of sizes
-        that serving can meet (`_step_shape`)."""
+    def warm_up_batches(self) -> list[tuple[list[int], list[int]]]:
+        """A batch (query lengths, sequence lengths) of each token bucket and request
+        padding (`_padded_reqs`) serving can meet. (The attention's chunks do not
+        depend on them: `warm_up_attention` runs each of their shapes.)"""
         # A request samples a token: its sequence stays below max_model_len.
         max_len, max_reqs = self.max_model_len - 1, self.max_num_reqs
-        contexts = context_buckets(self.max_model_len)
-        candidates = []
-        # Decodes: one token a request.
-        reqs = 1
-        while True:
-            for c in contexts:
-                candidates.append(([1] * reqs, [min(c, max_len)] * reqs))
-            if reqs >= min(max_reqs, self.max_num_tokens):
-                break
-            reqs = min(2 * reqs, max_reqs, self.max_num_tokens)
-        # Prefills and mixed batches: at least one request of two or more tokens.
-        for padded in self.token_buckets():
-            for tokens in {padded, padded // 2 + 1}:
-                fewest = -(-tokens // max_len)
-                for reqs in {fewest, FEW_REQUESTS, FEW_REQUESTS + 1, max_reqs, tokens - 1}:
-                    reqs = max(reqs, fewest)
-                    if not 1 <= reqs <= min(max_reqs, tokens - 1):
-                        continue
-                    query = [tokens // reqs + (i < tokens % reqs) for i in range(reqs)]
-                    for c in contexts:
-                        seq = list(query)
-                        seq[0] = max(query[0], min(c, max_len))
-                        candidates.append((query, seq))
         batches = {}
-        for query, seq in candidates:
-            if (
-                self._padded_tokens(sum(query)) <= self.max_num_tokens
-                and sum(query) <= self.max_num_tokens
-            ):
-                batches.setdefault(self._step_shape(query, seq), (query, seq))
-        return batches
+        for padded in self.token_buckets():
+            # The fewest tokens padded to this bucket.
+            low = padded // 2 + 1 if padded > MIN_PADDED_TOKENS else 1
+            for reqs in sorted({1, FEW_REQUESTS, FEW_REQUESTS + 1, low, padded, max_reqs}):
+                if not 1 <= reqs <= min(max_reqs, padded):
+                    continue
+                # Decodes, and prefills (of at most max_len tokens) to fill the bucket.
+                query = [1] * reqs
+                if reqs < low:
+                    query = query[1:] + split_tokens(low - (reqs - 1), max_len)
+                if len(query) > max_reqs or not low <= sum(query) <= padded:
+                    continue
+                shape = (self._padded_tokens(sum(query)), self._padded_reqs(padded, len(query)))
+                batches.setdefault(shape, (query, list(query)))
+        return list(batches.values())
 
     def _warm_up_step(self, query_lens: list[int], seq_lens: list[int], sampling) -> None:
         """Runs a batch of new requests (their blocks the null block) through
@@ -343,24 +332,80 @@ class TpuModelRunner(GPUModelRunner):
         self.execute_model(end)
 
     def warm_up(self) -> None:
-        """Runs a batch of each combination of sizes (`warm_up_batches`), greedy, and
-        one a request bucket sampled (temperature, top-k, top-p), so that serving
-        starts with every program compiled."""
+        """Runs the batches of `warm_up_batches`, greedy, and one a request bucket
+        sampled (temperature, top-k, top-p), and every attention chunk shape, so that
+        serving starts with every program compiled."""
         start = time.perf_counter()
         greedy = SamplingParams(temperature=0.0, max_tokens=1)
         sampled = SamplingParams(temperature=0.8, top_p=0.9, top_k=20, max_tokens=1)
         sampled_reqs = set()
         batches = self.warm_up_batches()
-        for (_, reqs, *_), (query, seq) in batches.items():
+        for query, seq in batches:
             self._warm_up_step(query, seq, greedy)
+            reqs = self._padded_reqs(self._padded_tokens(sum(query)), len(query))
             if reqs not in sampled_reqs and not self.is_pooling_model:
                 sampled_reqs.add(reqs)
                 self._warm_up_step(query, seq, sampled)
+        with torch.inference_mode():  # as serving runs (its buffers are inference tensors)
+            chunks = self.warm_up_attention()
         torch.tpu.synchronize(self.device)
-        logger.info("warm-up: %d batch shapes in %.1f s", len(batches), time.perf_counter() - start)
+        logger.info(
+            "warm-up: %d batches, %d attention chunk shapes in %.1f s",
+            len(batches),
+            chunks,
+            time.perf_counter() - start,
+        )
+
+    def warm_up_attention(self) -> int:
+        """Runs a chunk of each shape (`chunk_shapes`) through each kind of attention
+        layer the model has (heads, window, soft cap, sinks, cache): reading the null
+        block, writing the staging buffers' spare row. Returns the shapes run."""
+        layers = self.compilation_config.static_forward_context
+        kinds = {}
+        for layer in layers.values():
+            impl = getattr(layer, "impl", None)
+            if isinstance(impl, TpuAttentionImpl) and layer.kv_cache.numel():
+                key = (
+                    impl.num_heads, impl.head_size, impl.num_kv_heads, impl.sliding_window,
+                    impl.logits_soft_cap, impl.sinks is None, impl.attn_type,
+                    tuple(layer.kv_cache.shape), layer.kv_cache.dtype,
+                )  # fmt: skip
+                kinds.setdefault(key, layer)
+        count = 0
+        for layer in kinds.values():
+            impl, cache = layer.impl, layer.kv_cache
+            _, kv_heads, block_size, content = cache.shape
+            shapes = chunk_shapes(self.max_model_len, kv_heads * content, impl.num_heads)
+            queries, outputs = staging_buffers(
+                self.max_num_tokens, impl.num_heads, impl.head_size,
+                torch.empty(0, dtype=self.model_config.dtype, device=self.device),
+            )  # fmt: skip
+            for rows, per_row, context in shapes:
+                chunk = AttentionChunk(
+                    queries=torch.zeros(rows * per_row, dtype=torch.int64),
+                    outputs=torch.full((rows * per_row,), self.max_num_tokens),
+                    positions=torch.zeros((rows, per_row), dtype=torch.int64),
+                    lengths=torch.ones(rows, dtype=torch.int64),
+                    blocks=torch.full(
+                        (rows, context // block_size), NULL_BLOCK_ID, dtype=torch.int32
+                    ),
+                )
+                chunk = AttentionChunk(*(t.to(self.device) for t in dataclasses.astuple(chunk)))
+                impl.attend(chunk, queries, outputs, cache, impl.attn_type == AttentionType.DECODER)
+            count += len(shapes)
+        return count
 
     def _sync_device(self) -> None:
         torch.tpu.synchronize(self.device)
+
+
+def split_tokens(total: int, most: int) -> list[int]:
+    """total tokens as prefills (two queries or more) of at most `most` each, as even
+    as can be; [] if none."""
+    count = -(-total // most)
+    if total < 2 or most < 2 or total < 2 * count:
+        return []
+    return [total // count + (i < total % count) for i in range(count)]
 
 
 def padded_sampling_covers(metadata) -> bool:
