@@ -56,10 +56,6 @@ def context_buckets(max_model_len: int) -> list[int]:
     return sorted(sizes)
 
 
-def context_bucket(seq_len: int, max_model_len: int) -> int:
-    return next(c for c in context_buckets(max_model_len) if c >= seq_len)
-
-
 def most_chunk_rows(context: int, per_row: int, slot_elements: int, heads: int) -> int:
     """The rows of a full chunk of rows of per_row queries at this context bucket
     (slot_elements: a slot's keys and values, kv_heads * 2 * head_size)."""
@@ -165,12 +161,25 @@ class TpuAttentionMetadata:
     capacity: int
 
 
-@dataclass
-class Row:
-    request: int
-    first: int  # its first query's token
-    count: int  # its queries
-    position: int  # its first query's position
+class Rows:
+    """A batch's rows, in request order: a decode (one query) a row, a prefill a row
+    for each PREFILL_ROW of its queries (padding requests, without queries, none)."""
+
+    def __init__(self, starts: np.ndarray, seq_lens: np.ndarray, max_model_len: int) -> None:
+        queries = np.diff(starts)
+        per_request = np.where(queries == 1, 1, PREFILL_ROW)
+        rows = -(-queries // per_request)
+        self.request = np.repeat(np.arange(len(queries)), rows)
+        # Each row's place among its request's rows.
+        place = np.arange(len(self.request)) - np.repeat(np.cumsum(rows) - rows, rows)
+        self.per_row = per_request[self.request]
+        done = place * self.per_row
+        self.first = starts[self.request] + done  # its first query's token
+        self.count = np.minimum(self.per_row, queries[self.request] - done)
+        # A request's queries are the last of its context.
+        self.position = (seq_lens - queries)[self.request] + done  # its first query's
+        buckets = np.array(context_buckets(max_model_len))
+        self.context = buckets[np.searchsorted(buckets, seq_lens[self.request])]
 
 
 class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):
@@ -193,25 +202,17 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         fast_build: bool = False,
     ) -> TpuAttentionMetadata:
         m = common_attn_metadata
-        starts = m.query_start_loc_cpu.numpy()
-        seq_lens = m.seq_lens_cpu_upper_bound.numpy()
-        # Rows by queries a row and context bucket (padding requests have no query).
-        groups: dict[tuple[int, int], list[Row]] = {}
-        for r in range(m.num_reqs):
-            start, count, seq = int(starts[r]), int(starts[r + 1] - starts[r]), int(seq_lens[r])
-            per_row = 1 if count == 1 else PREFILL_ROW
-            context = context_bucket(seq, self.max_model_len)
-            for first in range(0, count, per_row):
-                rows = groups.setdefault((per_row, context), [])
-                # A request's queries are the last of its context.
-                rows.append(Row(r, start + first, min(per_row, count - first), seq - count + first))
+        starts = m.query_start_loc_cpu.numpy()[: m.num_reqs + 1].astype(np.int64)
+        seq_lens = m.seq_lens_cpu_upper_bound.numpy()[: m.num_reqs].astype(np.int64)
+        rows = Rows(starts, seq_lens, self.max_model_len)
         chunks = []
-        for (per_row, context), rows in sorted(groups.items()):
+        for per_row, context in sorted(set(zip(rows.per_row.tolist(), rows.context.tolist()))):
+            group = np.flatnonzero((rows.per_row == per_row) & (rows.context == context))
             most = most_chunk_rows(context, per_row, self.slot_elements, self.heads)
-            for size in chunk_sizes(len(rows), most):
-                chunk = self._chunk(rows[:size], size, per_row, context, seq_lens)
+            for size in chunk_sizes(len(group), most):
+                chunk = self._chunk(rows, group[:size], size, per_row, context, seq_lens)
                 chunks.append(AttentionChunk(*(torch.from_numpy(a).to(self.device) for a in chunk)))
-                rows = rows[size:]
+                group = group[size:]
         return TpuAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
             chunks=tuple(chunks),
@@ -219,21 +220,25 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
             capacity=self.capacity,
         )
 
-    def _chunk(self, rows: list[Row], size: int, per_row: int, context: int, seq_lens):
-        """(queries, outputs, positions, lengths, blocks) of `rows` padded to `size`."""
+    def _chunk(self, rows: Rows, chosen, size: int, per_row: int, context: int, seq_lens):
+        """(queries, outputs, positions, lengths, blocks) of the rows `chosen`, padded to
+        `size` rows."""
+        n = len(chosen)
+        offsets = np.arange(per_row)
+        valid = offsets < rows.count[chosen, None]
+        tokens = rows.first[chosen, None] + offsets
         queries = np.zeros((size, per_row), dtype=np.int64)
+        queries[:n] = np.where(valid, tokens, 0)
         outputs = np.full((size, per_row), self.capacity, dtype=np.int64)
+        outputs[:n] = np.where(valid, tokens, self.capacity)
         positions = np.zeros((size, per_row), dtype=np.int64)
+        positions[:n] = np.where(valid, rows.position[chosen, None] + offsets, 0)
+        requests = rows.request[chosen]
         lengths = np.ones(size, dtype=np.int64)
+        lengths[:n] = seq_lens[requests]
         blocks = np.full((size, context // self.block_size), NULL_BLOCK_ID, dtype=np.int32)
         width = min(blocks.shape[1], self.host_block_table.shape[1])
-        for i, row in enumerate(rows):
-            tokens = row.first + np.arange(row.count)
-            queries[i, : row.count] = tokens
-            outputs[i, : row.count] = tokens
-            positions[i, : row.count] = row.position + np.arange(row.count)
-            lengths[i] = seq_lens[row.request]
-            blocks[i, :width] = self.host_block_table[row.request, :width]
+        blocks[:n, :width] = self.host_block_table[requests, :width]
         return queries.reshape(-1), outputs.reshape(-1), positions, lengths, blocks
 
 
