@@ -57,10 +57,10 @@ _RELU_KINK = (
 _FUSED_SOFTMAX_GRADIENT = (
     "float32 rounding in a fused program: the in-projection weight's gradient for one of "
     "the database's inputs (train and eval alike) has an element of -0.18302255 (float64) "
-    "among values up to 10.6, a sum that cancels; the CPU gives -0.18301065 (1.2e-5 off), defer_and_fuse's one "
-    "program for the backward -0.18299226 (3.0e-5 off, beyond atol 1e-5 from the CPU's "
-    "and 2.5 times its error where the accuracy rule allows 2); strict eager's per-op "
-    "programs pass, and the other inputs pass in both modes"
+    "among values up to 10.6, a sum that cancels; the CPU gives -0.18301065 (1.2e-5 off), "
+    "defer_and_fuse's one program for the backward -0.18299226 (3.0e-5 off, beyond atol "
+    "1e-5 from the CPU's and 2.5 times its error where the accuracy rule allows 2); strict "
+    "eager's per-op programs pass, and the other inputs pass in both modes"
 )
 KNOWN_FAILURES: dict[str, str] = {
     "nn.TransformerEncoder:bfloat16": _RELU_KINK,

@@ -354,22 +354,20 @@ def _low_precision_as_accurate_as_cpu(op, sample, actual, expected, dtype) -> bo
 PERTURBED_INPUTS = 32
 
 
-def moved_by_an_ulp(t, generator):
-    """A float or complex CPU tensor with each part moved by up to an ulp (other values
-    as they are); the result does not require grad."""
-    if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):
-        return t
-    parts = torch.view_as_real(t.detach().resolve_conj()) if t.is_complex() else t.detach()
-    eps = torch.finfo(parts.dtype).eps
-    u = torch.rand(parts.shape, generator=generator, dtype=torch.float64) * 2 - 1
-    moved = (parts.double() * (1 + eps * u)).to(parts.dtype)
-    return torch.view_as_complex(moved.contiguous()) if t.is_complex() else moved
-
-
 def _perturbed(sample, seed):
     """The sample with each float or complex tensor's parts moved by up to an ulp."""
     generator = torch.Generator().manual_seed(seed)
-    return sample.transform(lambda t: moved_by_an_ulp(t, generator))
+
+    def move(t):
+        if not isinstance(t, torch.Tensor) or not (t.is_floating_point() or t.is_complex()):
+            return t
+        parts = torch.view_as_real(t.detach().resolve_conj()) if t.is_complex() else t.detach()
+        eps = torch.finfo(parts.dtype).eps
+        u = torch.rand(parts.shape, generator=generator, dtype=torch.float64) * 2 - 1
+        moved = (parts.double() * (1 + eps * u)).to(parts.dtype)
+        return torch.view_as_complex(moved.contiguous()) if t.is_complex() else moved
+
+    return sample.transform(move)
 
 
 def _distance(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
