@@ -151,6 +151,28 @@ class AttentionChunk:
     lengths: torch.Tensor  # [rows]: the context length of the row's request
     blocks: torch.Tensor  # [rows, context bucket / block size]: its block table
 
+    @staticmethod
+    def padding(rows: int, per_row: int, blocks: int, capacity: int) -> dict:
+        """A chunk's arrays (numpy, on the host) with every row and query padding."""
+        return dict(
+            queries=np.zeros((rows, per_row), dtype=np.int64),
+            outputs=np.full((rows, per_row), capacity, dtype=np.int64),
+            positions=np.zeros((rows, per_row), dtype=np.int64),
+            lengths=np.ones(rows, dtype=np.int64),
+            blocks=np.full((rows, blocks), NULL_BLOCK_ID, dtype=np.int32),
+        )
+
+    @classmethod
+    def upload(cls, arrays: dict, device) -> AttentionChunk:
+        """The chunk of these arrays, each uploaded whole (queries and outputs flat)."""
+        flat = ("queries", "outputs")
+        return cls(
+            **{
+                k: torch.from_numpy(v.reshape(-1) if k in flat else v).to(device)
+                for k, v in arrays.items()
+            }
+        )
+
 
 @dataclass
 class TpuAttentionMetadata:
@@ -190,9 +212,9 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         model, parallel = vllm_config.model_config, vllm_config.parallel_config
         self.heads = model.get_num_attention_heads(parallel)  # this worker's
         self.max_model_len = vllm_config.model_config.max_model_len
-        # Set by the runner (TpuModelRunner): the block table on the host, and the
-        # most tokens a batch is padded to.
+        # The block table on the host, set by the runner (TpuModelRunner).
         self.host_block_table: np.ndarray | None = None
+        # The most tokens a batch is padded to (the runner's max_num_tokens).
         self.capacity = vllm_config.scheduler_config.max_num_batched_tokens
 
     def build(
@@ -211,7 +233,7 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
             most = most_chunk_rows(context, per_row, self.slot_elements, self.heads)
             for size in chunk_sizes(len(group), most):
                 chunk = self._chunk(rows, group[:size], size, per_row, context, seq_lens)
-                chunks.append(AttentionChunk(*(torch.from_numpy(a).to(self.device) for a in chunk)))
+                chunks.append(AttentionChunk.upload(chunk, self.device))
                 group = group[size:]
         return TpuAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
@@ -221,25 +243,20 @@ class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]
         )
 
     def _chunk(self, rows: Rows, chosen, size: int, per_row: int, context: int, seq_lens):
-        """(queries, outputs, positions, lengths, blocks) of the rows `chosen`, padded to
-        `size` rows."""
+        """AttentionChunk's arrays for the rows `chosen`, padded to `size` rows."""
+        chunk = AttentionChunk.padding(size, per_row, context // self.block_size, self.capacity)
         n = len(chosen)
         offsets = np.arange(per_row)
         valid = offsets < rows.count[chosen, None]
         tokens = rows.first[chosen, None] + offsets
-        queries = np.zeros((size, per_row), dtype=np.int64)
-        queries[:n] = np.where(valid, tokens, 0)
-        outputs = np.full((size, per_row), self.capacity, dtype=np.int64)
-        outputs[:n] = np.where(valid, tokens, self.capacity)
-        positions = np.zeros((size, per_row), dtype=np.int64)
-        positions[:n] = np.where(valid, rows.position[chosen, None] + offsets, 0)
+        chunk["queries"][:n] = np.where(valid, tokens, 0)
+        chunk["outputs"][:n] = np.where(valid, tokens, self.capacity)
+        chunk["positions"][:n] = np.where(valid, rows.position[chosen, None] + offsets, 0)
         requests = rows.request[chosen]
-        lengths = np.ones(size, dtype=np.int64)
-        lengths[:n] = seq_lens[requests]
-        blocks = np.full((size, context // self.block_size), NULL_BLOCK_ID, dtype=np.int32)
-        width = min(blocks.shape[1], self.host_block_table.shape[1])
-        blocks[:n, :width] = self.host_block_table[requests, :width]
-        return queries.reshape(-1), outputs.reshape(-1), positions, lengths, blocks
+        chunk["lengths"][:n] = seq_lens[requests]
+        width = min(chunk["blocks"].shape[1], self.host_block_table.shape[1])
+        chunk["blocks"][:n, :width] = self.host_block_table[requests, :width]
+        return chunk
 
 
 class TpuAttentionImpl(AttentionImpl):
@@ -307,7 +324,9 @@ class TpuAttentionImpl(AttentionImpl):
             return output
         m = attn_metadata
         n = m.num_actual_tokens
-        queries, outputs = staging_buffers(m.capacity, self.num_heads, self.head_size, query)
+        queries, outputs = staging_buffers(
+            m.capacity, self.num_heads, self.head_size, query.dtype, query.device
+        )
         stage(queries, query[:n].view(n, self.num_heads, self.head_size))
         for chunk in m.chunks:
             self.attend(chunk, queries, outputs, kv_cache, m.causal)
@@ -339,15 +358,15 @@ class TpuAttentionImpl(AttentionImpl):
 _staging: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def staging_buffers(capacity: int, num_heads: int, head_size: int, like: torch.Tensor):
+def staging_buffers(capacity: int, num_heads: int, head_size: int, dtype, device):
     """A layer's queries [capacity, heads, head_size] and outputs [capacity + 1,
     heads * head_size] (float32; the spare row takes the padding's): chunks read and
     write these, so that their programs do not depend on the batch's token count."""
-    key = (like.device, capacity, num_heads, head_size, like.dtype)
+    key = (device, capacity, num_heads, head_size, dtype)
     if key not in _staging:
         _staging[key] = (
-            torch.zeros((capacity, num_heads, head_size), dtype=like.dtype, device=like.device),
-            torch.zeros((capacity + 1, num_heads * head_size), device=like.device),
+            torch.zeros((capacity, num_heads, head_size), dtype=dtype, device=device),
+            torch.zeros((capacity + 1, num_heads * head_size), device=device),
         )
     return _staging[key]
 

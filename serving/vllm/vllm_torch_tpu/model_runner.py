@@ -143,7 +143,6 @@ class TpuModelRunner(GPUModelRunner):
                 for builder in group.metadata_builders:
                     if isinstance(builder, TpuAttentionMetadataBuilder):
                         builder.host_block_table = self.input_batch.block_table[gid].block_table.np
-                        builder.capacity = self.max_num_tokens
         return super()._build_attention_metadata(*args, **kwargs)
 
     def _get_slot_mappings(self, num_tokens_padded: int, *args, **kwargs):
@@ -378,19 +377,13 @@ class TpuModelRunner(GPUModelRunner):
             shapes = chunk_shapes(self.max_model_len, kv_heads * content, impl.num_heads)
             queries, outputs = staging_buffers(
                 self.max_num_tokens, impl.num_heads, impl.head_size,
-                torch.empty(0, dtype=self.model_config.dtype, device=self.device),
+                self.model_config.dtype, self.device,
             )  # fmt: skip
             for rows, per_row, context in shapes:
-                chunk = AttentionChunk(
-                    queries=torch.zeros(rows * per_row, dtype=torch.int64),
-                    outputs=torch.full((rows * per_row,), self.max_num_tokens),
-                    positions=torch.zeros((rows, per_row), dtype=torch.int64),
-                    lengths=torch.ones(rows, dtype=torch.int64),
-                    blocks=torch.full(
-                        (rows, context // block_size), NULL_BLOCK_ID, dtype=torch.int32
-                    ),
+                padding = AttentionChunk.padding(
+                    rows, per_row, context // block_size, self.max_num_tokens
                 )
-                chunk = AttentionChunk(*(t.to(self.device) for t in dataclasses.astuple(chunk)))
+                chunk = AttentionChunk.upload(padding, self.device)
                 impl.attend(chunk, queries, outputs, cache, impl.attn_type == AttentionType.DECODER)
             count += len(shapes)
         return count
