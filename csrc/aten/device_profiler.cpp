@@ -82,27 +82,16 @@ class DeviceSession final : public libkineto::IActivityProfilerSession {
     processTrace(logger, [](int32_t) { return nullptr; }, 0, 0);
   }
 
-  // A device runs its work in the order it was queued, but PJRT may report
-  // completions out of order: a piece ended no later than any piece queued
-  // after it ended, and started when it was queued or when the one before it
-  // ended, whichever was later.
   void processTrace(libkineto::ActivityLogger& logger,
                     libkineto::getLinkedActivityCallback linked_op, int64_t, int64_t) override {
     std::map<int, std::vector<const Work*>> by_device;
-    for (const auto& w : work_) {
-      if (w->finished_ns.load() >= 0) by_device[w->device].push_back(w.get());
-    }
+    for (const auto& w : work_) by_device[w->device].push_back(w.get());
     for (const auto& [device, queue] : by_device) {
-      std::vector<int64_t> end(queue.size());
-      for (size_t i = queue.size(); i-- > 0;) {
-        end[i] = queue[i]->finished_ns.load();
-        if (i + 1 < queue.size()) end[i] = std::min(end[i], end[i + 1]);
-      }
-      int64_t free_ns = 0;
+      std::vector<engine::DeviceWorkTimes> times;
+      for (const Work* w : queue) times.push_back({w->queued_ns, w->finished_ns.load()});
+      std::vector<engine::DeviceSpan> spans = engine::device_timeline(times);
       for (size_t i = 0; i < queue.size(); ++i) {
-        log(logger, linked_op, *queue[i], std::min(std::max(queue[i]->queued_ns, free_ns), end[i]),
-            end[i]);
-        free_ns = end[i];
+        if (spans[i].end >= 0) log(logger, linked_op, *queue[i], spans[i].start, spans[i].end);
       }
     }
   }
@@ -204,7 +193,10 @@ std::function<void()> record_device_work(engine::DeviceWork kind, int device,
     if (!r.active) return {};
     r.work.push_back(work);
   }
-  return [work] { work->finished_ns = now_ns(); };
+  return [work] {  // the first stamp counts: the engine may stamp twice
+    int64_t unset = -1;
+    work->finished_ns.compare_exchange_strong(unset, now_ns());
+  };
 }
 
 }  // namespace torch_tpu::aten

@@ -256,6 +256,7 @@ void Backend::drain(int device, size_t keep) {
     Pending p = std::move(queue.front());
     queue.pop_front();
     std::string status = p.done.await_status();
+    if (p.finished) p.finished();
     if (!status.empty()) {
       queue.clear();
       // The error code may come from the failed launch: programs after it
@@ -285,10 +286,11 @@ std::vector<runtime::Launch> Backend::launch_replicas(
 
 void Backend::track(int device, runtime::Event done, const std::string* op,
                     std::shared_ptr<runtime::Executable> executable) {
-  if (auto finished = trace_device_work(DeviceWork::Program, device, *op)) {
-    done.on_ready(std::move(finished));
-  }
-  pending_[device].push_back({std::move(done), op, std::move(executable)});
+  // Stamped by whichever comes first: the event's callback, or a wait for it
+  // (drain), after which PJRT may still not have run the callback.
+  std::function<void()> finished = trace_device_work(DeviceWork::Program, device, *op);
+  if (finished) done.on_ready(finished);
+  pending_[device].push_back({std::move(done), op, std::move(executable), std::move(finished)});
   drain(device, launch_blocking() ? 0 : kMaxInFlight);
   if (launch_blocking()) raise_failed_checks(device);
 }
@@ -370,10 +372,11 @@ runtime::BufferPtr Backend::upload(const void* data, ElementType type,
 void Backend::download(const runtime::Buffer& buffer, void* dst, const std::string& op) {
   TraceSpan span("tpu::device_to_host", op);
   runtime::Event done = buffer.to_host(dst);
-  if (auto finished = trace_device_work(DeviceWork::DeviceToHost, buffer.device(), op)) {
-    done.on_ready(std::move(finished));
-  }
+  std::function<void()> finished = trace_device_work(DeviceWork::DeviceToHost, buffer.device(), op);
   std::string status = done.await_status();
+  // Stamped here rather than by a callback of the event: PJRT may run those after
+  // the wait returns, and a profile that ends at the read would miss the copy.
+  if (finished) finished();
   metrics().device_to_host_transfers++;
   metrics().device_to_host_bytes += buffer.byte_size();
   if (!status.empty()) {

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -136,6 +137,8 @@ class Backend {
     runtime::Event done;
     const std::string* op;
     std::shared_ptr<runtime::Executable> executable;
+    // A profiler's stamp of its end (trace_device_work), if one records it.
+    std::function<void()> finished;
   };
   // Awaits the oldest launches of `device` until `keep` are in flight.
   void drain(int device, size_t keep);

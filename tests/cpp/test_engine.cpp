@@ -7,6 +7,7 @@
 #include "engine/executor.h"
 #include "engine/metrics.h"
 #include "engine/storage_ops.h"
+#include "engine/trace.h"
 #include "fixture.h"
 #include "harness.h"
 
@@ -160,6 +161,25 @@ TEST(engine_compile_error_names_what_the_program_runs) {
   CHECK_THROWS(engine::Backend::get().compile("module { this is not mlir }", /*fast=*/false,
                                               "aten::frobnicate", {}),
                "aten::frobnicate: XLA compilation failed");
+}
+
+// A profile that ends as soon as the host has read a result may hold the copy's
+// completion but not yet the program's (PJRT runs callbacks late): the program
+// still gets its row, ended no later than the copy that followed it.
+TEST(engine_device_timeline_orders_late_completions) {
+  using engine::DeviceSpan;
+  // queued at 10, 20, 30; the first reported late (at 50), the second not at all.
+  std::vector<DeviceSpan> spans = engine::device_timeline({{10, 50}, {20, -1}, {30, 40}, {35, -1}});
+  CHECK_EQ(spans.size(), size_t{4});
+  CHECK_EQ(spans[0].start, int64_t{10});
+  CHECK_EQ(spans[0].end, int64_t{40});
+  CHECK_EQ(spans[1].start, int64_t{40});
+  CHECK_EQ(spans[1].end, int64_t{40});
+  CHECK_EQ(spans[2].start, int64_t{40});
+  CHECK_EQ(spans[2].end, int64_t{40});
+  CHECK_EQ(spans[3].end, int64_t{-1});  // nothing after it says it ended
+  std::vector<DeviceSpan> apart = engine::device_timeline({{10, 15}, {20, 25}});
+  CHECK((apart[1].start == 20 && apart[1].end == 25 && apart[0].end == 15));
 }
 
 TEST(engine_unwritten_storage_reads_as_zeros) {
