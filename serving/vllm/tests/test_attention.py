@@ -1,7 +1,8 @@
 """The paged attention of a ragged batch (decodes and prefills of different context
-lengths, rows grouped by context and cut into chunks) against attention computed
-request by request, in float64 on the CPU. Each check runs in a process of its own:
-a process that holds the tpu device keeps it, and the other tests' engines need it."""
+lengths, one program looping over the batch's tiles of work) against attention
+computed request by request, in float64 on the CPU. Each check runs in a process of
+its own: a process that holds the tpu device keeps it, and the other tests' engines
+need it."""
 
 import os
 import subprocess
@@ -13,48 +14,60 @@ import pytest
 import torch
 
 pytest.importorskip("vllm", reason="the serving environment (make serve-env) has vLLM")
-from vllm_torch_tpu import attention
+from vllm_torch_tpu import attention, ragged_attention
 
 BLOCK, HEADS, KV_HEADS, HEAD = 16, 4, 2, 8
-MAX_MODEL_LEN, CAPACITY = 256, 512
+MAX_MODEL_LEN, MAX_REQUESTS = 256, 64
 # (queries, sequence length) a request: decodes of short and long contexts, a
 # one-token prompt, prefills of one and of several rows, a prefill chunk at the end of
-# a long context, and enough decodes of one context bucket for two chunks.
+# a long context, a whole prompt of 16 rows, and decodes enough for several tiles.
 REQUESTS = [(1, 5), (1, 70), (1, 200), (7, 7), (40, 100), (1, 1), (20, 255), (2, 66)]
-REQUESTS += [(1, k) for k in range(3, 40, 3)]
+REQUESTS += [(1, k) for k in range(3, 40, 3)] + [(255, 255)] + [(1, 250)] * 8
 
 
-def reference(q, memory, blocks, query_len, seq_len, window, scale):
-    """Causal attention of one request's queries (the last of its context), float64."""
+def reference(q, memory, blocks, query_len, seq_len, window, scale, causal, soft_cap, sinks):
+    """Attention of one request's queries (the last of its context), float64."""
     slots = np.array([blocks[p // BLOCK] * BLOCK + p % BLOCK for p in range(seq_len)])
     kv = memory.reshape(-1, KV_HEADS, 2 * HEAD)[slots].double()
     k, v = kv.split(HEAD, dim=-1)
     k = k.repeat_interleave(HEADS // KV_HEADS, dim=1)
     v = v.repeat_interleave(HEADS // KV_HEADS, dim=1)
     scores = torch.einsum("qhd,khd->hqk", q.double().view(query_len, HEADS, HEAD), k) * scale
+    if soft_cap:
+        scores = soft_cap * torch.tanh(scores / soft_cap)
     position = torch.arange(seq_len - query_len, seq_len)[:, None]
     key = torch.arange(seq_len)[None, :]
-    allowed = key <= position
+    allowed = key <= position if causal else torch.ones(query_len, seq_len, dtype=torch.bool)
     if window is not None:
         allowed &= key > position - window
     scores = scores.masked_fill(~allowed, float("-inf"))
-    out = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), v)
+    if sinks is not None:
+        sink = sinks.double()[:, None, None].expand(HEADS, query_len, 1)
+        probs = torch.softmax(torch.cat((scores, sink), dim=-1), dim=-1)[..., :-1]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    out = torch.einsum("hqk,khd->qhd", probs, v)
     return out.reshape(query_len, HEADS * HEAD)
 
 
-@pytest.mark.parametrize("window", [None, 24])
-def test_ragged_batch_equals_attention_request_by_request(window):
+# (sliding window, tile items, causal, soft cap and sinks): tiles of 8 items split
+# rows of many blocks between tiles.
+CASES = [(None, None, True, False), (24, 8, True, False), (None, 8, True, True)]
+CASES += [(None, None, False, False)]
+
+
+@pytest.mark.parametrize("window,tile,causal,extras", CASES)
+def test_ragged_batch_equals_attention_request_by_request(window, tile, causal, extras):
     here = os.path.dirname(os.path.abspath(__file__))
     code = f"import sys; sys.path.insert(0, {here!r}); import test_attention; "
-    code += f"test_attention.check_ragged_batch({window!r})"
+    code += f"test_attention.check_ragged_batch({window!r}, {tile!r}, {causal!r}, {extras!r})"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-3000:]
 
 
-def check_ragged_batch(window):
-    # Chunks of at most 8 rows at every context bucket: the 15 rows of one query of the
-    # smaller bucket take two.
-    attention.CHUNK_ELEMENTS = 8 * 64 * KV_HEADS * 2 * HEAD
+def check_ragged_batch(window, tile, causal, extras):
+    if tile:
+        ragged_attention.MAX_TILE_ITEMS = tile
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     per_request = -(-MAX_MODEL_LEN // BLOCK)
@@ -72,11 +85,7 @@ def check_ragged_batch(window):
     query = torch.randn(padded, HEADS * HEAD)
 
     config = types.SimpleNamespace(
-        model_config=types.SimpleNamespace(
-            max_model_len=MAX_MODEL_LEN, get_num_attention_heads=lambda parallel: HEADS
-        ),
-        parallel_config=None,
-        scheduler_config=types.SimpleNamespace(max_num_batched_tokens=CAPACITY),
+        scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQUESTS)
     )
     spec = types.SimpleNamespace(block_size=BLOCK, num_kv_heads=KV_HEADS, head_size=HEAD)
     builder = attention.TpuAttentionMetadataBuilder(spec, [], config, torch.device("tpu"))
@@ -88,17 +97,17 @@ def check_ragged_batch(window):
             seq_lens_cpu_upper_bound=torch.tensor(seq_lens),
             num_reqs=len(query_lens),
             num_actual_tokens=padded,
-            causal=True,
+            causal=causal,
         ),
     )
-    assert len([c for c in metadata.chunks if c.positions.shape[1] == 1]) == 3, [
-        tuple(c.blocks.shape) for c in metadata.chunks
-    ]
 
     scale = HEAD**-0.5
+    soft_cap = 3.0 if extras else None
+    sinks = torch.randn(HEADS) if extras else None
     impl = attention.TpuAttentionImpl(
-        HEADS, HEAD, scale, num_kv_heads=KV_HEADS, sliding_window=window
-    )
+        HEADS, HEAD, scale, num_kv_heads=KV_HEADS, sliding_window=window,
+        logits_soft_cap=soft_cap, sinks=None if sinks is None else sinks.to("tpu"),
+    )  # fmt: skip
     # The cache as vLLM views it: [blocks, kv_heads, block_size, 2 * head_size].
     kv_cache = memory.to("tpu").permute(0, 2, 1, 3)
     output = torch.zeros(padded, HEADS * HEAD, device="tpu")
@@ -107,7 +116,18 @@ def check_ragged_batch(window):
 
     expected = torch.cat(
         [
-            reference(query[starts[r] : starts[r + 1]], memory, table[r], q, s, window, scale)
+            reference(
+                query[starts[r] : starts[r + 1]],
+                memory,
+                table[r],
+                q,
+                s,
+                window,
+                scale,
+                causal,
+                soft_cap,
+                sinks,
+            )
             for r, (q, s) in enumerate(REQUESTS)
         ]
     )

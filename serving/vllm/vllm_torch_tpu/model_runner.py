@@ -14,7 +14,6 @@ import torch
 import torch_tpu
 from vllm.logger import init_logger
 from vllm.sampling_params import SamplingParams
-from vllm.v1.attention.backend import AttentionType
 from vllm.v1.core.sched.output import NewRequestData, SchedulerOutput
 from vllm.v1.outputs import SamplerOutput
 from vllm.v1.sample.logits_processor.builtin import (
@@ -27,14 +26,7 @@ from vllm.v1.worker.gpu_model_runner import NULL_BLOCK_ID, GPUModelRunner
 from vllm.v1.worker.utils import allocate_kv_cache
 
 from vllm_torch_tpu import moe  # noqa: F401  (registers the experts and routing ops)
-from vllm_torch_tpu.attention import (
-    AttentionChunk,
-    TpuAttentionImpl,
-    TpuAttentionMetadataBuilder,
-    bucket,
-    chunk_shapes,
-    staging_buffers,
-)
+from vllm_torch_tpu.attention import TpuAttentionMetadataBuilder, bucket
 
 logger = init_logger(__name__)
 
@@ -73,9 +65,8 @@ def allocate_kv_cache_per_layer(kv_cache_config, device, layout, kernel_block_si
 
 class TpuModelRunner(GPUModelRunner):
     """Every program a serving step runs depends on a few sizes: the batch's token
-    count padded to a bucket (`token_buckets`), the request count padded to a
-    function of it (`_padded_reqs`), and for the attention whether the batch is all
-    decodes and its context bucket. Inputs are prepared on the host and uploaded as
+    count padded to a bucket (`token_buckets`) and the request count padded to a
+    function of it (`_padded_reqs`). Inputs are prepared on the host and uploaded as
     whole buffers (a transfer, no program); `warm_up` runs a batch of each
     combination, so that serving compiles nothing."""
 
@@ -281,8 +272,8 @@ class TpuModelRunner(GPUModelRunner):
 
     def warm_up_batches(self) -> list[tuple[list[int], list[int]]]:
         """A batch (query lengths, sequence lengths) of each token bucket and request
-        padding (`_padded_reqs`) serving can meet. (The attention's chunks do not
-        depend on them: `warm_up_attention` runs each of their shapes.)"""
+        padding (`_padded_reqs`) serving can meet. (The attention's program depends
+        on the token bucket alone.)"""
         # A request samples a token: its sequence stays below max_model_len.
         max_len, max_reqs = self.max_model_len - 1, self.max_num_reqs
         batches = {}
@@ -332,8 +323,8 @@ class TpuModelRunner(GPUModelRunner):
 
     def warm_up(self) -> None:
         """Runs the batches of `warm_up_batches`, greedy, and one a request bucket
-        sampled (temperature, top-k, top-p), and every attention chunk shape, so that
-        serving starts with every program compiled."""
+        sampled (temperature, top-k, top-p), so that serving starts with every program
+        compiled."""
         start = time.perf_counter()
         greedy = SamplingParams(temperature=0.0, max_tokens=1)
         sampled = SamplingParams(temperature=0.8, top_p=0.9, top_k=20, max_tokens=1)
@@ -345,48 +336,8 @@ class TpuModelRunner(GPUModelRunner):
             if reqs not in sampled_reqs and not self.is_pooling_model:
                 sampled_reqs.add(reqs)
                 self._warm_up_step(query, seq, sampled)
-        with torch.inference_mode():  # as serving runs (its buffers are inference tensors)
-            chunks = self.warm_up_attention()
         torch.tpu.synchronize(self.device)
-        logger.info(
-            "warm-up: %d batches, %d attention chunk shapes in %.1f s",
-            len(batches),
-            chunks,
-            time.perf_counter() - start,
-        )
-
-    def warm_up_attention(self) -> int:
-        """Runs a chunk of each shape (`chunk_shapes`) through each kind of attention
-        layer the model has (heads, window, soft cap, sinks, cache): reading the null
-        block, writing the staging buffers' spare row. Returns the shapes run."""
-        layers = self.compilation_config.static_forward_context
-        kinds = {}
-        for layer in layers.values():
-            impl = getattr(layer, "impl", None)
-            if isinstance(impl, TpuAttentionImpl) and layer.kv_cache.numel():
-                key = (
-                    impl.num_heads, impl.head_size, impl.num_kv_heads, impl.sliding_window,
-                    impl.logits_soft_cap, impl.sinks is None, impl.attn_type,
-                    tuple(layer.kv_cache.shape), layer.kv_cache.dtype,
-                )  # fmt: skip
-                kinds.setdefault(key, layer)
-        count = 0
-        for layer in kinds.values():
-            impl, cache = layer.impl, layer.kv_cache
-            _, kv_heads, block_size, content = cache.shape
-            shapes = chunk_shapes(self.max_model_len, kv_heads * content, impl.num_heads)
-            queries, outputs = staging_buffers(
-                self.max_num_tokens, impl.num_heads, impl.head_size,
-                self.model_config.dtype, self.device,
-            )  # fmt: skip
-            for rows, per_row, context in shapes:
-                padding = AttentionChunk.padding(
-                    rows, per_row, context // block_size, self.max_num_tokens
-                )
-                chunk = AttentionChunk.upload(padding, self.device)
-                impl.attend(chunk, queries, outputs, cache, impl.attn_type == AttentionType.DECODER)
-            count += len(shapes)
-        return count
+        logger.info("warm-up: %d batches in %.1f s", len(batches), time.perf_counter() - start)
 
     def _sync_device(self) -> None:
         torch.tpu.synchronize(self.device)
