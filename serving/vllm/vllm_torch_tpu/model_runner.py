@@ -21,9 +21,8 @@ from vllm.v1.sample.logits_processor.builtin import (
     MinPLogitsProcessor,
     MinTokensLogitsProcessor,
 )
-from vllm.v1.worker import gpu_model_runner
 from vllm.v1.worker.gpu_model_runner import NULL_BLOCK_ID, GPUModelRunner
-from vllm.v1.worker.utils import allocate_kv_cache
+from vllm.v1.worker.utils import allocate_kv_cache, bind_kv_cache, map_kv_caches_to_kernel_blocks
 
 from vllm_torch_tpu import moe  # noqa: F401  (registers the experts and routing ops)
 from vllm_torch_tpu.attention import TpuAttentionMetadataBuilder, bucket
@@ -258,9 +257,31 @@ class TpuModelRunner(GPUModelRunner):
             sampled_token_ids=out.sampled_token_ids.cpu()[:num_reqs], logprobs_tensors=None
         )
 
-    def initialize_kv_cache_tensors(self, *args, **kwargs):
-        with _replaced(gpu_model_runner, "allocate_kv_cache", allocate_kv_cache_per_layer):
-            return super().initialize_kv_cache_tensors(*args, **kwargs)
+    def initialize_kv_cache_tensors(
+        self, kv_cache_config, kernel_block_sizes, kv_cache_allocation_context=None
+    ) -> dict[str, torch.Tensor]:
+        """vLLM's, with each layer's cache a tensor of its own
+        (`allocate_kv_cache_per_layer`)."""
+        with kv_cache_allocation_context or contextlib.nullcontext():
+            kv_caches = allocate_kv_cache_per_layer(
+                kv_cache_config,
+                self.device,
+                self.cache_config.get_resolved_kv_cache_layout(),
+                kernel_block_sizes,
+            )
+        for layer_name, target_layer_name in self.shared_kv_cache_layers.items():
+            kv_caches[layer_name] = kv_caches[target_layer_name]
+        longcat = self.model_config.hf_config.model_type == "longcat_flash"
+        attn_groups = [g for groups in self.attn_groups for g in groups]
+        bind_kv_cache(
+            kv_caches,
+            self.compilation_config.static_forward_context,
+            self.kv_caches,
+            2 if longcat else 1,  # attention modules a layer
+            kv_cache_groups=kv_cache_config.kv_cache_groups,
+            layer_kv_caches=map_kv_caches_to_kernel_blocks(kv_caches, attn_groups),
+        )
+        return kv_caches
 
     def token_buckets(self) -> list[int]:
         """The token counts batches are padded to."""
@@ -380,13 +401,3 @@ def on_device(metadata, device: torch.device):
         if value is not None:
             fields[name] = value.to(device)
     return dataclasses.replace(metadata, **fields)
-
-
-@contextlib.contextmanager
-def _replaced(module, name: str, value):
-    saved = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, saved)
