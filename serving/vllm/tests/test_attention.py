@@ -132,3 +132,24 @@ def check_ragged_batch(window, tile, causal, extras):
         ]
     )
     torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_work_follows_the_blocks_attended():
+    """A row's work items are the KV blocks its queries can see: a long decode's whole
+    context, a windowed one's last blocks, a prefill row's blocks up to its last query."""
+    starts = np.array([0, 1, 2, 34])  # a decode, a decode, a 32-token prompt
+    seq_lens = np.array([4000, 4000, 32])
+
+    def items(rows):
+        return np.diff(rows[ragged_attention.FIRST_ITEM])
+
+    def layout(window):
+        rows = ragged_attention.RowLayout(starts, seq_lens, BLOCK, True, window, (4, 8), 64)
+        return rows.arrays
+
+    decode, prefill = layout(0)
+    assert items(decode)[:2].tolist() == [250, 250]  # ceil(4000 / 16)
+    assert items(prefill)[:2].tolist() == [1, 2]  # queries 0-15 see block 0; 16-31 blocks 0-1
+    decode, prefill = layout(24)
+    assert items(decode)[:2].tolist() == [2, 2]  # positions 3976-3999: blocks 248 and 249
+    assert decode[ragged_attention.FIRST_BLOCK, :2].tolist() == [248, 248]
