@@ -8,6 +8,18 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 
+def _configured_python(build_dir: str) -> str | None:
+    """The Python the build folder was configured for, if it was."""
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt")) as cache:
+            for line in cache:
+                if line.startswith("Python_EXECUTABLE:"):
+                    return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
 class CMakeExtension(Extension):
     def __init__(self, name: str):
         super().__init__(name, sources=[])
@@ -24,9 +36,15 @@ class CMakeBuild(build_ext):
         # isolation does not put the environment's bin/ on PATH.
         bin_dir = os.path.dirname(sys.executable)
         env = dict(os.environ, PATH=os.pathsep.join([bin_dir, os.environ.get("PATH", "")]))
-        configure = ["cmake", "-S", root, "-B", build_dir, "-G", "Ninja"]
-        configure += [f"-DTORCH_DIR={torch_dir}", f"-DPython_EXECUTABLE={sys.executable}"]
-        subprocess.check_call(configure, env=env)
+        # A build folder another environment configured (`make build`'s) stays its own:
+        # an install from a second environment of the same torch (`make serve-env`)
+        # builds in it as it is, rather than pointing it at this one's torch, Python and
+        # CMake (which break the first's build once this environment is gone).
+        owner = _configured_python(build_dir)
+        if owner is None or owner == sys.executable or not os.path.exists(owner):
+            configure = ["cmake", "-S", root, "-B", build_dir, "-G", "Ninja"]
+            configure += [f"-DTORCH_DIR={torch_dir}", f"-DPython_EXECUTABLE={sys.executable}"]
+            subprocess.check_call(configure, env=env)
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "_C"], env=env)
         built = os.path.join(root, "torch_tpu", os.path.basename(self.get_ext_filename(ext.name)))
         target = self.get_ext_fullpath(ext.name)
