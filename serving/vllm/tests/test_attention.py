@@ -144,7 +144,7 @@ def test_work_follows_the_blocks_attended():
         return np.diff(rows[ragged_attention.FIRST_ITEM])
 
     def layout(window):
-        rows = ragged_attention.RowLayout(starts, seq_lens, BLOCK, True, window, (4, 8), 64)
+        rows = ragged_attention.RowLayout(starts, seq_lens, BLOCK, True, window, 64, 4)
         return rows.arrays
 
     decode, prefill = layout(0)

@@ -23,7 +23,7 @@ from vllm.v1.attention.backend import (
 from vllm.v1.kv_cache_layout import KVCacheLayout
 
 from vllm_torch_tpu.platform import SUPPORTED_DTYPES
-from vllm_torch_tpu.ragged_attention import RowLayout, ragged_paged_attention, row_capacities
+from vllm_torch_tpu.ragged_attention import RowLayout, ragged_paged_attention
 
 
 def bucket(n: int) -> int:
@@ -94,8 +94,9 @@ class TpuAttentionBackend(AttentionBackend):
 
 @dataclass
 class TpuAttentionMetadata:
-    """A batch laid out on the host (query starts, context lengths, block table), its
-    rows uploaded for each window the model's layers have (once a step)."""
+    """A batch laid out on the host (query starts, context lengths, block table): the
+    block table uploaded once a step, the rows once for each window the model's
+    layers have."""
 
     num_actual_tokens: int
     causal: bool
@@ -110,20 +111,19 @@ class TpuAttentionMetadata:
     def rows(self, sliding_window: int, tokens: int) -> tuple[torch.Tensor, ...]:
         """The block table and the decode and prefill rows (RowLayout) for a layer of
         this window (0: none) and a query of `tokens` rows, on the device."""
-        key = (sliding_window, tokens)
-        if key not in self.uploaded:
-            capacities = row_capacities(tokens, self.max_reqs)
-            layout = RowLayout(
-                self.starts, self.seq_lens, self.block_size, self.causal,
-                sliding_window, capacities, spare_token=tokens,
-            )  # fmt: skip
+        if tokens not in self.uploaded:
             reqs = min(tokens, self.max_reqs)
             table = np.zeros((reqs, self.host_block_table.shape[1]), dtype=np.int32)
             table[: len(self.seq_lens)] = self.host_block_table[: len(self.seq_lens)]
-            self.uploaded[key] = tuple(
-                torch.from_numpy(a).to(self.device) for a in (table, *layout.arrays)
-            )
-        return self.uploaded[key]
+            self.uploaded[tokens] = torch.from_numpy(table).to(self.device)
+        key = (sliding_window, tokens)
+        if key not in self.uploaded:
+            layout = RowLayout(
+                self.starts, self.seq_lens, self.block_size, self.causal,
+                sliding_window, tokens, self.max_reqs,
+            )  # fmt: skip
+            self.uploaded[key] = tuple(torch.from_numpy(a).to(self.device) for a in layout.arrays)
+        return (self.uploaded[tokens], *self.uploaded[key])
 
 
 class TpuAttentionMetadataBuilder(AttentionMetadataBuilder[TpuAttentionMetadata]):

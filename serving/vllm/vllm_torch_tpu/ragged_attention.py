@@ -50,10 +50,12 @@ def row_capacities(tokens: int, max_requests: int) -> tuple[int, int]:
 
 
 class RowLayout:
-    """A batch's rows, in request order, as the program reads them: for decode rows
-    (one query) and prefill rows (PREFILL_ROW queries) an int32 array [NUM_FIELDS,
-    capacity + 1] each. A request's queries are the last of its context; `starts`
-    are the requests' first tokens (and the end), `seq_lens` their context lengths."""
+    """A batch's rows, in request order, as the program reads them for a query of
+    `tokens` rows (at most max_requests requests): for decode rows (one query) and
+    prefill rows (PREFILL_ROW queries) an int32 array [NUM_FIELDS, capacity + 1]
+    each (`row_capacities`). A request's queries are the last of its context;
+    `starts` are the requests' first tokens (and the end), `seq_lens` their context
+    lengths. Rows without queries name token `tokens`, the accumulators' spare."""
 
     def __init__(
         self,
@@ -62,11 +64,12 @@ class RowLayout:
         block_size: int,
         causal: bool,
         sliding_window: int,
-        capacities: tuple[int, int],
-        spare_token: int,
+        tokens: int,
+        max_requests: int,
     ) -> None:
         queries = np.diff(starts)
         self.arrays = []
+        capacities = row_capacities(tokens, max_requests)
         for per_row, capacity in zip((1, PREFILL_ROW), capacities):
             requests = np.flatnonzero((queries == 1) if per_row == 1 else (queries > 1))
             rows = -(-queries[requests] // per_row)
@@ -87,7 +90,7 @@ class RowLayout:
             a = np.zeros((NUM_FIELDS, capacity + 1), dtype=np.int32)
             n = len(request)
             a[REQUEST, :n] = request
-            a[FIRST_TOKEN, :] = spare_token
+            a[FIRST_TOKEN, :] = tokens
             a[FIRST_TOKEN, :n] = starts[request] + done
             a[QUERIES, :n] = count
             a[POSITION, :n] = position
